@@ -1,0 +1,1 @@
+"""The `agentr1` command line."""

@@ -1,0 +1,31 @@
+"""`agentr1` entry point. Subcommands import their heavy dependencies lazily, so `--help`
+stays fast and works with only the base install."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import typer
+
+from agentr1.cli.traces import app as traces_app
+
+app = typer.Typer(
+    name="agentr1",
+    help="Train the LLM agents you already have with step-level RL.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(traces_app, name="traces")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"agentr1 {version('agentr1')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Show the version."),
+) -> None:
+    """agentr1: an OpenAI-compatible gateway that records exact step traces, and a trainer."""

@@ -1,0 +1,1 @@
+"""agentr1.gateway."""

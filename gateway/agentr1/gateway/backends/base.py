@@ -1,0 +1,108 @@
+"""The backend interface: token ids in; token ids, logprobs and a finish reason out.
+
+Every backend (local engine, SGLang, vLLM, LiteLLM) implements :class:`Backend`; the gateway
+never talks to a model any other way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class BackendError(Exception):
+    """The backend failed to answer; ``retry_after`` (seconds) when trying again may help."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, status_code: int = 502) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status_code = status_code
+
+
+class BackendUnavailable(BackendError):
+    """Temporarily unable to serve (paused, overloaded, starting): answered as 503 + Retry-After."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message, retry_after=retry_after, status_code=503)
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = disabled
+    stop: list[str] = field(default_factory=list)  # stop strings: generation ends after one appears
+    stop_token_ids: list[int] = field(default_factory=list)  # in addition to the model's end tokens
+    seed: int | None = None
+    top_logprobs: int = 0  # alternatives to return per sampled token (OpenAI `top_logprobs`)
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    request_id: str = ""
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+
+
+@dataclass(slots=True)
+class GenerateResult:
+    """What was sampled. ``output_ids`` are exactly the sampled tokens, including a final end-of-turn
+    token or the tokens of a matched stop string; ``logprobs[i]`` is the log-probability of
+    ``output_ids[i]`` under the distribution it was sampled from (logits / temperature, before
+    top-p/top-k truncation), the quantity verl's actor recomputes."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+    prompt_tokens: int
+    policy_version: int
+    matched_stop: str | int | None = None  # the stop string or token id that ended generation
+    top_logprobs: list[list[TokenLogprob]] | None = None
+
+
+@dataclass(slots=True)
+class StreamDelta:
+    """Tokens sampled since the previous delta; the last delta carries ``result``."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    result: GenerateResult | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str  # "local", "sglang", ...
+    model_name: str  # the id served under /v1/models
+    max_context: int  # prompt + completion tokens the model accepts
+    trainable: bool  # False for external models without token ids
+
+    @property
+    def policy_version(self) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ready(self) -> bool: ...
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult: ...
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]: ...
+
+    async def update_weights(self, path: str) -> int:
+        """Load new weights from ``path``; returns the new policy version."""
+        ...
+
+    async def pause(self) -> None: ...
+
+    async def resume(self) -> None: ...

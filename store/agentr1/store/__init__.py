@@ -1,0 +1,36 @@
+"""The step-trace store: schema, migrations and the one API every part of agentr1 uses."""
+
+from agentr1.store.engine import DEFAULT_DB, normalize_url
+from agentr1.store.errors import (
+    SessionNotRunning,
+    StepConflict,
+    StoreConnectionError,
+    StoreError,
+    StoreNotMigrated,
+    UnknownRun,
+    UnknownSession,
+    UnknownStep,
+)
+from agentr1.store.export import export_run
+from agentr1.store.records import RewardRecord, RunRecord, SessionRecord, StepRecord
+from agentr1.store.store import TraceStore, new_id
+
+__all__ = [
+    "DEFAULT_DB",
+    "RewardRecord",
+    "RunRecord",
+    "SessionNotRunning",
+    "SessionRecord",
+    "StepConflict",
+    "StepRecord",
+    "StoreConnectionError",
+    "StoreError",
+    "StoreNotMigrated",
+    "TraceStore",
+    "UnknownRun",
+    "UnknownSession",
+    "UnknownStep",
+    "export_run",
+    "new_id",
+    "normalize_url",
+]

@@ -1,0 +1,39 @@
+"""Errors raised by the trace store. Each message says what to do about it."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every trace store error."""
+
+
+class StoreConnectionError(StoreError):
+    """The database URL is malformed or the database cannot be reached."""
+
+
+class StoreNotMigrated(StoreError):
+    """The database exists but its schema is missing or older than this agentr1."""
+
+
+class UnknownRun(StoreError, KeyError):
+    def __str__(self) -> str:
+        return f"no run with id {self.args[0]!r}"
+
+
+class UnknownSession(StoreError, KeyError):
+    def __str__(self) -> str:
+        return f"no session with id {self.args[0]!r}"
+
+
+class UnknownStep(StoreError, KeyError):
+    def __str__(self) -> str:
+        session_id, index = self.args
+        return f"session {session_id!r} has no step {index}"
+
+
+class SessionNotRunning(StoreError):
+    """A write that needs a running session (a step, a finish) arrived after it ended."""
+
+
+class StepConflict(StoreError):
+    """A step with the same (session, index) is already stored."""

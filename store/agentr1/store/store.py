@@ -1,0 +1,392 @@
+"""The trace store: the one API through which every part of agentr1 reads and writes traces."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from agentr1.store import migrate as migrations
+from agentr1.store.arrays import decode_floats, decode_ids, encode_floats, encode_ids
+from agentr1.store.engine import create_store_engine, normalize_url
+from agentr1.store.errors import (
+    SessionNotRunning,
+    StepConflict,
+    StoreConnectionError,
+    StoreNotMigrated,
+    UnknownRun,
+    UnknownSession,
+    UnknownStep,
+)
+from agentr1.store.records import RewardRecord, RunRecord, SessionRecord, StepRecord
+from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
+
+FINAL_STATUSES = ("finished", "failed", "abandoned")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class TraceStore:
+    """Runs, sessions, steps and rewards in SQLite or PostgreSQL.
+
+    Open with :meth:`open`; every method is safe to call from many threads, and several
+    processes (or gateways) may write to the same database at once.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str | os.PathLike[str], *, migrate: bool = True) -> TraceStore:
+        """Connect to ``url`` and check the schema; with ``migrate`` bring it to the newest version."""
+        engine = create_store_engine(url)
+        try:
+            current = migrations.current_revision(engine)
+            head = migrations.head_revision()
+            if current != head:
+                if not migrate:
+                    raise StoreNotMigrated(
+                        f"database {engine.url.render_as_string(hide_password=True)} is at schema "
+                        f"{current or 'empty'}, this agentr1 needs {head}; "
+                        f"run `agentr1 traces migrate --db URL`"
+                    )
+                migrations.upgrade(engine)
+        except OperationalError as exc:
+            engine.dispose()
+            raise StoreConnectionError(f"cannot connect to {normalize_url(url)!r}: {exc.orig}") from exc
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with Session(self.engine.execution_options(sqlite_write=True), expire_on_commit=False) as db:
+            with db.begin():
+                yield db
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as db:
+            yield db
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def create_run(self, name: str = "", config: dict[str, Any] | None = None, *, run_id: str | None = None) -> str:
+        run_id = run_id or new_id()
+        with self._write() as db:
+            db.add(RunRow(id=run_id, name=name, config=config or {}))
+        return run_id
+
+    def ensure_run(self, run_id: str, name: str = "") -> str:
+        """Create the run if it does not exist yet (idempotent, safe under concurrency)."""
+        try:
+            return self.create_run(name or run_id, run_id=run_id)
+        except IntegrityError:
+            return run_id
+
+    def get_run(self, run_id: str) -> RunRecord:
+        runs = self._runs(RunRow.id == run_id)
+        if not runs:
+            raise UnknownRun(run_id)
+        return runs[0]
+
+    def list_runs(self, limit: int = 100) -> list[RunRecord]:
+        return self._runs(None, limit=limit)
+
+    def _runs(self, where: Any, limit: int = 1) -> list[RunRecord]:
+        n_steps = (
+            select(func.count(StepRow.id))
+            .join(SessionRow, SessionRow.id == StepRow.session_id)
+            .where(SessionRow.run_id == RunRow.id)
+            .scalar_subquery()
+        )
+        n_sessions = select(func.count(SessionRow.id)).where(SessionRow.run_id == RunRow.id).scalar_subquery()
+        per_session = (
+            select(func.sum(RewardRow.value).label("r"))
+            .join(SessionRow, SessionRow.id == RewardRow.session_id)
+            .where(SessionRow.run_id == RunRow.id, RewardRow.step_index.is_(None))
+            .group_by(RewardRow.session_id)
+            .subquery()
+        )
+        mean_reward = select(func.avg(per_session.c.r)).scalar_subquery()
+        query = select(RunRow, n_sessions, n_steps, mean_reward).order_by(RunRow.created_at.desc()).limit(limit)
+        if where is not None:
+            query = query.where(where)
+        with self._read() as db:
+            return [
+                RunRecord(id=r.id, name=r.name, config=r.config, created_at=r.created_at,
+                          n_sessions=ns or 0, n_steps=nt or 0, mean_reward=mr)
+                for r, ns, nt, mr in db.execute(query)
+            ]
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        run_id: str | None = None,
+        task_id: str | None = None,
+        group_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        policy_version: int = 0,
+        session_id: str | None = None,
+        key_hash: str | None = None,
+    ) -> str:
+        session_id = session_id or new_id()
+        with self._write() as db:
+            if run_id is not None and db.get(RunRow, run_id) is None:
+                db.add(RunRow(id=run_id, name=run_id))
+                db.flush()
+            db.add(SessionRow(id=session_id, run_id=run_id, task_id=task_id, group_id=group_id,
+                              meta=metadata or {}, policy_version=policy_version, key_hash=key_hash))
+        return session_id
+
+    def session_for_key(self, key_hash: str) -> str | None:
+        with self._read() as db:
+            return db.scalar(select(SessionRow.id).where(SessionRow.key_hash == key_hash))
+
+    def get_session(self, session_id: str, *, steps: bool = True) -> SessionRecord:
+        with self._read() as db:
+            row = db.get(SessionRow, session_id)
+            if row is None:
+                raise UnknownSession(session_id)
+            return self._load_sessions(db, [row], steps=steps)[0]
+
+    def list_sessions(
+        self,
+        run_id: str | None = None,
+        *,
+        status: str | Sequence[str] | None = None,
+        group_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        query = select(SessionRow).order_by(SessionRow.created_at, SessionRow.id).limit(limit).offset(offset)
+        if run_id is not None:
+            query = query.where(SessionRow.run_id == run_id)
+        if status is not None:
+            query = query.where(SessionRow.status.in_([status] if isinstance(status, str) else status))
+        if group_id is not None:
+            query = query.where(SessionRow.group_id == group_id)
+        with self._read() as db:
+            return self._load_sessions(db, list(db.scalars(query)), steps=False)
+
+    def finish_session(
+        self, session_id: str, *, status: str = "finished", reward: float | None = None, error: str | None = None
+    ) -> None:
+        """End a running session; ``reward`` is recorded as its outcome reward."""
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"status must be one of {FINAL_STATUSES}, got {status!r}")
+        with self._write() as db:
+            row = db.get(SessionRow, session_id)
+            if row is None:
+                raise UnknownSession(session_id)
+            if row.status != "running":
+                raise SessionNotRunning(f"session {session_id!r} is already {row.status}")
+            row.status, row.error, row.finished_at = status, error, dt.datetime.now(dt.UTC)
+            if reward is not None:
+                db.add(RewardRow(session_id=session_id, value=float(reward), name="outcome", source="agent"))
+
+    def abandon_stale(self, older_than: dt.datetime) -> int:
+        """Mark running sessions created before ``older_than`` as abandoned; returns how many."""
+        with self._write() as db:
+            result = db.execute(
+                update(SessionRow)
+                .where(SessionRow.status == "running", SessionRow.created_at < older_than)
+                .values(status="abandoned", finished_at=dt.datetime.now(dt.UTC))
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def append_steps(self, steps: Sequence[StepRecord]) -> None:
+        """Insert steps in one transaction: all of them or none."""
+        if not steps:
+            return
+        session_ids = {s.session_id for s in steps}
+        with self._write() as db:
+            found = dict(db.execute(select(SessionRow.id, SessionRow.status).where(SessionRow.id.in_(session_ids))).all())
+            for sid in session_ids:
+                if sid not in found:
+                    raise UnknownSession(sid)
+            try:
+                db.execute(StepRow.__table__.insert(), [_step_values(s) for s in steps])
+            except IntegrityError as exc:
+                raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
+
+    def last_step(self, session_id: str) -> StepRecord | None:
+        with self._read() as db:
+            row = db.scalar(select(StepRow).where(StepRow.session_id == session_id).order_by(StepRow.index.desc()).limit(1))
+            return None if row is None else _step_record(row, None)
+
+    def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
+        """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
+        with self._write() as db:
+            result = db.execute(
+                update(StepRow)
+                .where(StepRow.session_id == session_id, StepRow.index == index)
+                .values(feedback_messages=messages, feedback_ids=encode_ids(ids))
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                raise UnknownStep(session_id, index)
+
+    # -- rewards -----------------------------------------------------------------------------
+
+    def add_reward(
+        self, session_id: str, value: float, *, name: str = "reward", step: int | None = None, source: str = "agent"
+    ) -> None:
+        self.add_rewards([RewardRecord(session_id=session_id, value=value, name=name, step_index=step, source=source)])
+
+    def add_rewards(self, rewards: Sequence[RewardRecord]) -> None:
+        with self._write() as db:
+            for r in rewards:
+                if r.source not in REWARD_SOURCES:
+                    raise ValueError(f"reward source must be one of {REWARD_SOURCES}, got {r.source!r}")
+                if db.get(SessionRow, r.session_id) is None:
+                    raise UnknownSession(r.session_id)
+                if r.step_index is not None and db.scalar(
+                    select(StepRow.id).where(StepRow.session_id == r.session_id, StepRow.index == r.step_index)
+                ) is None:
+                    raise UnknownStep(r.session_id, r.step_index)
+                db.add(RewardRow(session_id=r.session_id, value=float(r.value), name=r.name,
+                                 step_index=r.step_index, source=r.source))
+
+    # -- trainer reads -----------------------------------------------------------------------
+
+    def iter_sessions(
+        self,
+        run_id: str | None,
+        *,
+        statuses: Iterable[str] = ("finished",),
+        min_policy_version: int | None = None,
+        max_policy_version: int | None = None,
+        steps: bool = True,
+        chunk_size: int = 64,
+    ) -> Iterator[SessionRecord]:
+        """Stream sessions ordered by task group, ``chunk_size`` sessions in memory at a time."""
+        statuses = list(statuses)
+        for s in statuses:
+            if s not in SESSION_STATUSES:
+                raise ValueError(f"unknown status {s!r}; valid: {SESSION_STATUSES}")
+        group_key = func.coalesce(SessionRow.group_id, SessionRow.id)
+        base = select(SessionRow, group_key.label("gk")).where(SessionRow.status.in_(statuses))
+        if run_id is not None:
+            base = base.where(SessionRow.run_id == run_id)
+        if min_policy_version is not None:
+            base = base.where(SessionRow.policy_version >= min_policy_version)
+        if max_policy_version is not None:
+            base = base.where(SessionRow.policy_version <= max_policy_version)
+        after: tuple[str, str] | None = None
+        while True:
+            query = base.order_by(group_key, SessionRow.id).limit(chunk_size)
+            if after is not None:  # keyset pagination: stable under concurrent inserts, no OFFSET scans
+                query = query.where(or_(group_key > after[0], and_(group_key == after[0], SessionRow.id > after[1])))
+            with self._read() as db:
+                rows = db.execute(query).all()
+                if not rows:
+                    return
+                records = self._load_sessions(db, [r[0] for r in rows], steps=steps)
+            after = (rows[-1][1], rows[-1][0].id)
+            yield from records
+
+    def iter_groups(self, run_id: str | None, **filters: Any) -> Iterator[list[SessionRecord]]:
+        """Stream the sessions of a run as task groups (sessions without a group are their own)."""
+        group: list[SessionRecord] = []
+        key: str | None = None
+        for record in self.iter_sessions(run_id, **filters):
+            record_key = record.group_id or record.id
+            if group and record_key != key:
+                yield group
+                group = []
+            key = record_key
+            group.append(record)
+        if group:
+            yield group
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def _load_sessions(self, db: Session, rows: list[SessionRow], *, steps: bool) -> list[SessionRecord]:
+        ids = [r.id for r in rows]
+        if not ids:
+            return []
+        rewards: dict[str, list[RewardRecord]] = {i: [] for i in ids}
+        for rw in db.scalars(select(RewardRow).where(RewardRow.session_id.in_(ids)).order_by(RewardRow.id)):
+            rewards[rw.session_id].append(
+                RewardRecord(session_id=rw.session_id, value=rw.value, name=rw.name, step_index=rw.step_index,
+                             source=rw.source, created_at=rw.created_at)
+            )
+        step_rows: dict[str, list[StepRow]] = {i: [] for i in ids}
+        counts: dict[str, int] = {}
+        if steps:
+            for st in db.scalars(select(StepRow).where(StepRow.session_id.in_(ids)).order_by(StepRow.session_id, StepRow.index)):
+                step_rows[st.session_id].append(st)
+        else:
+            counts = dict(db.execute(
+                select(StepRow.session_id, func.count(StepRow.id)).where(StepRow.session_id.in_(ids)).group_by(StepRow.session_id)
+            ).all())
+        out = []
+        for r in rows:
+            outcome = [x.value for x in rewards[r.id] if x.step_index is None]
+            per_step: dict[int, float] = {}
+            for x in rewards[r.id]:
+                if x.step_index is not None:
+                    per_step[x.step_index] = per_step.get(x.step_index, 0.0) + x.value
+            out.append(SessionRecord(
+                id=r.id, run_id=r.run_id, task_id=r.task_id, group_id=r.group_id, status=r.status,
+                policy_version=r.policy_version, metadata=r.meta, error=r.error, created_at=r.created_at,
+                finished_at=r.finished_at, reward=sum(outcome) if outcome else None, rewards=rewards[r.id],
+                steps=[_step_record(s, per_step.get(s.index)) for s in step_rows[r.id]],
+                n_steps=len(step_rows[r.id]) if steps else counts.get(r.id, 0),
+            ))
+        return out
+
+
+def _step_values(s: StepRecord) -> dict[str, Any]:
+    return {
+        "session_id": s.session_id, "index": s.index, "parent_index": s.parent_index,
+        "policy_version": s.policy_version, "backend": s.backend, "model": s.model, "trainable": s.trainable,
+        "observation_ids": encode_ids(s.observation_ids), "action_ids": encode_ids(s.action_ids),
+        "action_logprobs": encode_floats(s.action_logprobs), "messages_sent": s.messages_sent,
+        "messages_seen": s.messages_seen, "tools": s.tools, "sampling": s.sampling, "action": s.action,
+        "finish_reason": s.finish_reason, "feedback_messages": s.feedback_messages,
+        "feedback_ids": encode_ids(s.feedback_ids), "drift": s.drift, "latency_ms": s.latency_ms,
+        "created_at": s.created_at or dt.datetime.now(dt.UTC),
+    }
+
+
+def _step_record(row: StepRow, reward: float | None) -> StepRecord:
+    return StepRecord(
+        session_id=row.session_id, index=row.index, parent_index=row.parent_index,
+        observation_ids=decode_ids(row.observation_ids) or [], action_ids=decode_ids(row.action_ids) or [],
+        action_logprobs=decode_floats(row.action_logprobs), messages_sent=row.messages_sent,
+        messages_seen=row.messages_seen, tools=row.tools, sampling=row.sampling, action=row.action,
+        finish_reason=row.finish_reason, feedback_messages=row.feedback_messages,
+        feedback_ids=decode_ids(row.feedback_ids), policy_version=row.policy_version, backend=row.backend,
+        model=row.model, trainable=row.trainable, drift=row.drift, latency_ms=row.latency_ms,
+        created_at=row.created_at, reward=reward,
+    )
