@@ -7,6 +7,7 @@ from importlib.metadata import version
 
 import typer
 
+from agentr1.cli.gateway import gateway
 from agentr1.cli.traces import app as traces_app
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(traces_app, name="traces")
+app.command(help="Serve the policy model behind an OpenAI-compatible, trace-recording endpoint.")(gateway)
 
 
 def _print_version(value: bool) -> None:

@@ -2,6 +2,7 @@
 
 from agentr1.store.engine import DEFAULT_DB, normalize_url
 from agentr1.store.errors import (
+    SessionExists,
     SessionNotRunning,
     StepConflict,
     StoreConnectionError,
@@ -12,13 +13,15 @@ from agentr1.store.errors import (
     UnknownStep,
 )
 from agentr1.store.export import export_run
-from agentr1.store.records import RewardRecord, RunRecord, SessionRecord, StepRecord
+from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord
 from agentr1.store.store import TraceStore, new_id
 
 __all__ = [
     "DEFAULT_DB",
+    "FeedbackRecord",
     "RewardRecord",
     "RunRecord",
+    "SessionExists",
     "SessionNotRunning",
     "SessionRecord",
     "StepConflict",

@@ -33,7 +33,7 @@ def create_store_engine(url: str | os.PathLike[str], **kwargs: Any) -> Engine:
     text = normalize_url(url)
     try:
         parsed = make_url(text)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a non-numeric port
         raise StoreConnectionError(
             f"cannot parse database URL {text!r}: expected sqlite:///path.db or postgresql://user@host/db"
         ) from exc

@@ -31,6 +31,10 @@ class UnknownStep(StoreError, KeyError):
         return f"session {session_id!r} has no step {index}"
 
 
+class SessionExists(StoreError):
+    """A session with the requested id already exists."""
+
+
 class SessionNotRunning(StoreError):
     """A write that needs a running session (a step, a finish) arrived after it ended."""
 

@@ -29,6 +29,16 @@ class RewardRecord:
 
 
 @dataclass(slots=True)
+class FeedbackRecord:
+    """e_t of one step: the messages that followed it and the token ids they added to the prompt."""
+
+    session_id: str
+    index: int
+    messages: list[Any]
+    ids: list[int] | None = None
+
+
+@dataclass(slots=True)
 class StepRecord:
     """One model call: z_t = (o_t, a_t, e_t, r_t). Field names are part of the public API."""
 

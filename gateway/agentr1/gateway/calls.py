@@ -1,0 +1,190 @@
+"""One model call, from request to stored step: the gateway's hot path.
+
+prepare (attribute, context, prompt ids) -> generate on the backend -> parse -> persist -> answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agentr1.gateway.backends.base import (
+    Backend,
+    BackendUnavailable,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+)
+from agentr1.gateway.errors import APIError
+from agentr1.gateway.metrics import Metrics
+from agentr1.gateway.rendering.continuation import PreviousTurn, PromptPlan, plan_prompt
+from agentr1.gateway.sessions import SessionRegistry, SessionState
+from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway.writer import StepWriter
+from agentr1.store import FeedbackRecord, StepRecord
+
+
+@dataclass
+class Gateway:
+    """Everything a call needs; one per app, on ``app.state.gateway``."""
+
+    settings: GatewaySettings
+    backend: Backend
+    renderer: Any
+    sessions: SessionRegistry
+    writer: StepWriter
+    metrics: Metrics
+
+    def check_model(self, requested: str) -> None:
+        served = self.backend.model_name
+        if self.settings.accept_any_model or requested in (served, *self.settings.model_aliases):
+            return
+        raise APIError(404, f"The model `{requested}` does not exist; this gateway serves `{served}`",
+                       code="model_not_found", param="model")
+
+
+@dataclass
+class PreparedCall:
+    state: SessionState
+    messages_sent: list[dict[str, Any]]
+    messages_seen: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    plan: PromptPlan
+    parent_index: int | None
+    sampling: SamplingParams
+    n: int
+    model: str
+    request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=lambda: int(time.time()))
+    started: float = field(default_factory=time.monotonic)
+
+
+def sampling_from(body: Any, settings: GatewaySettings, max_tokens: int | None, top_logprobs: int) -> SamplingParams:
+    return SamplingParams(
+        max_new_tokens=max_tokens or settings.max_tokens_default,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=max(0, body.top_k or 0),
+        stop=list(body.stop or []),
+        stop_token_ids=list(body.stop_token_ids or []),
+        seed=body.seed,
+        top_logprobs=top_logprobs,
+    )
+
+
+def prepare_chat(gw: Gateway, state: SessionState, body: Any) -> PreparedCall:
+    """Render the prompt: continue the session's previous call token for token, or render afresh."""
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    tools = None if body.tool_choice == "none" else body.tools
+    seen = messages  # environment context policies plug in here
+    plan, parent = _plan(gw, state, seen, tools)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    sampling = sampling_from(body, gw.settings, max_tokens, (body.top_logprobs or 0) if body.logprobs else 0)
+    check_context(gw, len(plan.prompt_ids), sampling, explicit=max_tokens is not None)
+    if plan.drift:
+        gw.metrics.drift += 1
+    return PreparedCall(state=state, messages_sent=messages, messages_seen=seen, tools=tools, plan=plan,
+                        parent_index=parent, sampling=sampling, n=body.n, model=gw.backend.model_name)
+
+
+def _plan(gw: Gateway, state: SessionState, seen: list[dict[str, Any]],
+          tools: list[dict[str, Any]] | None) -> tuple[PromptPlan, int | None]:
+    fallback: PromptPlan | None = None
+    for index, previous in reversed(state.previous):
+        plan = plan_prompt(previous, seen, tools, gw.renderer)
+        if plan.continued:
+            return plan, index
+        fallback = fallback or plan
+    if fallback is None:
+        return plan_prompt(None, seen, tools, gw.renderer), None
+    return fallback, state.previous[-1][0]
+
+
+def check_context(gw: Gateway, prompt_len: int, sampling: SamplingParams, *, explicit: bool) -> None:
+    limit = gw.backend.max_context
+    if prompt_len >= limit:
+        raise APIError(400, f"This model's maximum context length is {limit} tokens. However, your messages "
+                            f"resulted in {prompt_len} tokens. Please reduce the length of the messages.",
+                       code="context_length_exceeded", param="messages")
+    room = limit - prompt_len
+    if sampling.max_new_tokens > room:
+        if explicit:
+            raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                                f"{prompt_len + sampling.max_new_tokens} tokens ({prompt_len} in the messages, "
+                                f"{sampling.max_new_tokens} in the completion).",
+                           code="context_length_exceeded", param="max_tokens")
+        sampling.max_new_tokens = room
+
+
+def generate_requests(call: PreparedCall) -> list[GenerateRequest]:
+    requests = []
+    for i in range(call.n):
+        sampling = SamplingParams(**asdict(call.sampling))
+        if sampling.seed is not None:
+            sampling.seed += i
+        requests.append(GenerateRequest(prompt_ids=list(call.plan.prompt_ids), sampling=sampling,
+                                        request_id=f"{call.request_id}-{i}"))
+    return requests
+
+
+def assistant_message(gw: Gateway, result: GenerateResult, sampling: SamplingParams) -> dict[str, Any]:
+    parsed = gw.renderer.parse(result.output_ids)
+    content = parsed.content
+    if isinstance(result.matched_stop, str) and content and result.matched_stop in content:
+        content = content[: content.rfind(result.matched_stop)]  # OpenAI leaves the stop string out
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if parsed.tool_calls:
+        message["tool_calls"] = parsed.tool_calls
+    if parsed.reasoning:
+        message["reasoning_content"] = parsed.reasoning
+    return message
+
+
+def finish_reason(result: GenerateResult, message: dict[str, Any]) -> str:
+    if result.finish_reason == "abort":
+        raise BackendUnavailable("generation was aborted (weights are being updated?); retry", retry_after=1.0)
+    if result.finish_reason == "length":
+        return "length"
+    return "tool_calls" if message.get("tool_calls") else "stop"
+
+
+async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
+                 messages: list[dict[str, Any]], reasons: list[str]) -> list[int]:
+    """Persist one step per choice (and the feedback of the step this call continued)."""
+    state = call.state
+    latency_ms = (time.monotonic() - call.started) * 1000
+    indices = list(range(state.next_index, state.next_index + len(results)))
+    state.next_index += len(results)
+    futures = []
+    feedback = None
+    if call.parent_index is not None and call.plan.continued:
+        feedback = FeedbackRecord(state.id, call.parent_index, call.plan.new_messages, list(call.plan.new_ids))
+    for i, (index, result, message, reason) in enumerate(zip(indices, results, messages, reasons, strict=True)):
+        step = StepRecord(
+            session_id=state.id, index=index, parent_index=call.parent_index,
+            observation_ids=list(call.plan.prompt_ids), action_ids=result.output_ids, action_logprobs=result.logprobs,
+            messages_sent=call.messages_sent, messages_seen=call.messages_seen, tools=call.tools,
+            sampling=asdict(call.sampling), finish_reason=reason, policy_version=result.policy_version,
+            backend=gw.backend.name, model=call.model, trainable=gw.backend.trainable, drift=call.plan.drift,
+            latency_ms=latency_ms,
+            action={"content": message.get("content"), "tool_calls": message.get("tool_calls"),
+                    "reasoning": message.get("reasoning_content"), "message": message},
+        )
+        futures.append(gw.writer.submit(step, feedback if i == 0 else None))
+    state.previous = [
+        (index, PreviousTurn(messages=call.messages_seen, tools=call.tools, prompt_ids=list(call.plan.prompt_ids),
+                             action_ids=result.output_ids, assistant_message=message))
+        for index, result, message in zip(indices, results, messages, strict=True)
+    ]
+    gw.sessions.note_conversation(state, call.messages_sent, messages[0])
+    gw.metrics.observe_call(latency_ms, len(call.plan.prompt_ids), sum(len(r.output_ids) for r in results))
+    if gw.settings.durable_writes:
+        try:
+            await asyncio.gather(*futures)
+        except Exception as exc:
+            raise APIError(503, f"the step could not be stored ({exc}); the call was not recorded, retry",
+                           code="store_unavailable", retry_after=1.0) from exc
+    return indices

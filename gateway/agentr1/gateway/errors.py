@@ -1,0 +1,76 @@
+"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, never a traceback."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agentr1.gateway.backends.base import BackendError
+
+log = logging.getLogger("agentr1.gateway")
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error",
+          422: "invalid_request_error", 429: "rate_limit_error"}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param, self.retry_after = status, message, code, param, retry_after
+
+
+def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_response(status: int, message: str, *, code: str | None = None, param: str | None = None,
+                   retry_after: float | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
+    return JSONResponse(error_body(status, message, code, param), status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request body", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        return "request body is not valid JSON", None
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"{param or 'body'}: {first.get('msg', 'invalid')}{more}", param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status, exc.message, code=exc.code, param=exc.param, retry_after=exc.retry_after)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return error_response(400, message, code="invalid_request", param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(BackendError)
+    async def _backend(_: Request, exc: BackendError) -> JSONResponse:
+        log.warning("backend error: %s", exc)
+        return error_response(exc.status_code, f"model backend failed: {exc}", code="backend_error",
+                              retry_after=exc.retry_after if exc.retry_after is not None else 1.0)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, f"internal error ({type(exc).__name__}); see the gateway log", code="internal_error")

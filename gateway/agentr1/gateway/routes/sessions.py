@@ -1,0 +1,75 @@
+"""Session lifecycle: create, reward, finish, fetch the trace."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from agentr1.gateway.auth import require_session_access
+from agentr1.gateway.calls import Gateway
+from agentr1.gateway.errors import APIError
+from agentr1.gateway.schemas import RewardCreate, SessionCreate, SessionFinish
+from agentr1.store import SessionNotRunning, UnknownSession, UnknownStep
+
+router = APIRouter(prefix="/sessions", tags=["sessions"])
+
+
+def _gw(request: Request) -> Gateway:
+    return request.app.state.gateway  # type: ignore[no-any-return]
+
+
+@router.post("", status_code=201)
+async def create_session(body: SessionCreate, request: Request) -> dict[str, Any]:
+    gw = _gw(request)
+    state, key = await gw.sessions.create(run_id=body.run_id, task_id=body.task_id, group_id=body.group_id,
+                                          metadata=body.metadata, session_id=body.session_id,
+                                          policy_version=gw.backend.policy_version)
+    return {"id": state.id, "run_id": state.run_id, "task_id": body.task_id, "group_id": body.group_id,
+            "base_url": f"{gw.settings.base_url()}/sessions/{state.id}/v1", "api_key": key,
+            "policy_version": gw.backend.policy_version}
+
+
+@router.get("/{session_id}")
+async def get_session(session_id: str, request: Request) -> dict[str, Any]:
+    await require_session_access(request, session_id)
+    gw = _gw(request)
+    await gw.writer.flush()
+    try:
+        record = await asyncio.to_thread(gw.sessions.store.get_session, session_id)
+    except UnknownSession as exc:
+        raise APIError(404, str(exc), code="session_not_found") from exc
+    return record.to_dict()
+
+
+@router.post("/{session_id}/rewards", status_code=201)
+async def add_reward(session_id: str, body: RewardCreate | list[RewardCreate], request: Request) -> dict[str, Any]:
+    await require_session_access(request, session_id)
+    gw = _gw(request)
+    rewards = body if isinstance(body, list) else [body]
+    await gw.writer.flush()  # a reward for a step the gateway just answered must find it
+    for r in rewards:
+        try:
+            await asyncio.to_thread(gw.sessions.store.add_reward, session_id, r.value, name=r.name, step=r.step,
+                                    source=r.source)
+        except UnknownSession as exc:
+            raise APIError(404, str(exc), code="session_not_found") from exc
+        except UnknownStep as exc:
+            raise APIError(404, str(exc), code="step_not_found", param="step") from exc
+    return {"session_id": session_id, "added": len(rewards)}
+
+
+@router.post("/{session_id}/finish")
+async def finish_session(session_id: str, body: SessionFinish, request: Request) -> dict[str, Any]:
+    await require_session_access(request, session_id)
+    gw = _gw(request)
+    state = await gw.sessions.get(session_id)
+    await gw.writer.flush()
+    try:
+        await asyncio.to_thread(gw.sessions.store.finish_session, session_id, status=body.status,
+                                reward=body.reward, error=body.error)
+    except SessionNotRunning as exc:
+        raise APIError(409, str(exc), code="session_finished") from exc
+    gw.sessions.mark_finished(state, body.status)
+    return {"id": session_id, "status": body.status}

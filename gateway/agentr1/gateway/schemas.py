@@ -1,0 +1,108 @@
+"""Request bodies of the OpenAI-compatible and session endpoints.
+
+Unknown fields are accepted and ignored (clients send many), but the ones we use are validated,
+so a wrong type is a 400 naming the field rather than a surprise later."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ChatMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(_Open):
+    include_usage: bool = False
+
+
+class SamplingFields(_Open):
+    model: str
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)
+    max_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = Field(1, ge=1, le=64)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop_token_ids: list[int] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> list[str] | None:
+        stops = [v] if isinstance(v, str) else v
+        if stops is not None and (len(stops) > 16 or any(not s for s in stops)):
+            raise ValueError("stop must be up to 16 non-empty strings")
+        return stops
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_shape(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for i, tool in enumerate(v or []):
+            fn = tool.get("function")
+            if tool.get("type", "function") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+                raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., ...}}}}")
+        return v
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _non_empty(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("prompt must not be empty")
+        return v
+
+
+class SessionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    run_id: str | None = Field(None, max_length=64)
+    task_id: str | None = Field(None, max_length=255)
+    group_id: str | None = Field(None, max_length=255)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class RewardCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    value: float = Field(allow_inf_nan=False)
+    name: str = Field("reward", max_length=255)
+    step: int | None = Field(None, ge=0)
+    source: Literal["agent", "environment", "judge"] = "agent"
+
+
+class SessionFinish(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["finished", "failed", "abandoned"] = "finished"
+    reward: float | None = Field(None, allow_inf_nan=False)
+    error: str | None = Field(None, max_length=20_000)
+
+
+class WeightUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str

@@ -1,0 +1,210 @@
+"""Which session (trajectory) a call belongs to, and the per-session state the gateway keeps.
+
+A call is attributed, in this order, by: the session in the URL path (`/sessions/{id}/v1/...`),
+the `X-Agentr1-Session` header, the `agentr1.session` entry of W3C `baggage`, or a per-session
+API key (`Authorization: Bearer a1s-...`). Calls with none of these go to an auto-created session
+(``auto_session``) that later calls continuing the same conversation join, or are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from starlette.requests import Request
+
+from agentr1.gateway.errors import APIError
+from agentr1.gateway.rendering.continuation import PreviousTurn, canonical_message
+from agentr1.store import SessionExists, StepRecord, TraceStore, UnknownSession
+
+SESSION_HEADER = "x-agentr1-session"
+BAGGAGE_KEY = "agentr1.session"
+KEY_PREFIX = "a1s-"
+MAX_CACHED_SESSIONS = 20_000
+MAX_AUTO_CANDIDATES = 4_096
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_session_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(24)
+
+
+@dataclass
+class SessionState:
+    id: str
+    run_id: str | None
+    status: str
+    next_index: int = 0
+    previous: list[tuple[int, PreviousTurn]] = field(default_factory=list)  # the choices of the last call
+    auto: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    in_flight: int = 0
+
+
+def previous_from_step(step: StepRecord) -> PreviousTurn:
+    return PreviousTurn(
+        messages=step.messages_seen,
+        tools=step.tools,
+        prompt_ids=step.observation_ids,
+        action_ids=step.action_ids,
+        assistant_message=step.action.get("message") or {"role": "assistant", "content": step.action.get("content")},
+    )
+
+
+def _prefix_keys(messages: list[dict[str, Any]]) -> list[str]:
+    """keys[k] identifies the conversation messages[:k + 1]; linear in the conversation's size."""
+    hasher, keys = hashlib.sha256(), []
+    for message in messages:
+        hasher.update(json.dumps(canonical_message(message), sort_keys=True, separators=(",", ":")).encode())
+        hasher.update(b"\x1e")
+        keys.append(hasher.copy().hexdigest())
+    return keys
+
+
+class SessionRegistry:
+    def __init__(self, store: TraceStore, *, auto_session: bool, default_run: str) -> None:
+        self.store = store
+        self.auto_session = auto_session
+        self.default_run = default_run
+        self._states: OrderedDict[str, SessionState] = OrderedDict()
+        self._keys: dict[str, str] = {}  # key hash -> session id
+        self._auto_by_conversation: OrderedDict[str, str] = OrderedDict()  # history hash -> auto session
+        self._create_lock = asyncio.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def create(self, *, run_id: str | None = None, task_id: str | None = None, group_id: str | None = None,
+                     metadata: dict[str, Any] | None = None, session_id: str | None = None,
+                     policy_version: int = 0, auto: bool = False) -> tuple[SessionState, str]:
+        key = new_session_key()
+        run = run_id or self.default_run
+        await asyncio.to_thread(self.store.ensure_run, run)
+        try:
+            sid = await asyncio.to_thread(
+                self.store.create_session, run_id=run, task_id=task_id, group_id=group_id,
+                metadata=metadata, policy_version=policy_version, session_id=session_id, key_hash=hash_key(key),
+            )
+        except SessionExists as exc:
+            raise APIError(409, str(exc), code="session_exists") from exc
+        state = SessionState(id=sid, run_id=run, status="running", auto=auto)
+        self._remember(state)
+        self._keys[hash_key(key)] = sid
+        return state, key
+
+    async def get(self, session_id: str) -> SessionState:
+        state = self._states.get(session_id)
+        if state is not None:
+            self._states.move_to_end(session_id)
+            return state
+        try:
+            record = await asyncio.to_thread(self.store.get_session, session_id, steps=False)
+        except UnknownSession as exc:
+            raise APIError(404, f"no session with id {session_id!r}", code="session_not_found") from exc
+        last = await asyncio.to_thread(self.store.last_step, session_id)
+        state = SessionState(
+            id=record.id, run_id=record.run_id, status=record.status,
+            next_index=0 if last is None else last.index + 1,
+            previous=[] if last is None else [(last.index, previous_from_step(last))],
+            auto=bool(record.metadata.get("auto")),
+        )
+        # Another request may have loaded it meanwhile: keep the first so there is one lock.
+        existing = self._states.get(session_id)
+        if existing is not None:
+            return existing
+        self._remember(state)
+        return state
+
+    def mark_finished(self, state: SessionState, status: str) -> None:
+        state.status = status
+        for conv, sid in list(self._auto_by_conversation.items()):
+            if sid == state.id:
+                del self._auto_by_conversation[conv]
+
+    def _remember(self, state: SessionState) -> None:
+        self._states[state.id] = state
+        while len(self._states) > MAX_CACHED_SESSIONS:
+            oldest_id, oldest = next(iter(self._states.items()))
+            if oldest.in_flight or oldest.lock.locked():
+                self._states.move_to_end(oldest_id)
+                break
+            del self._states[oldest_id]
+
+    # -- attribution -------------------------------------------------------------------------
+
+    async def session_for_key(self, key: str) -> str | None:
+        digest = hash_key(key)
+        sid = self._keys.get(digest)
+        if sid is None:
+            sid = await asyncio.to_thread(self.store.session_for_key, digest)
+            if sid is not None:
+                self._keys[digest] = sid
+        return sid
+
+    async def resolve(self, request: Request, path_session: str | None,
+                      messages: list[dict[str, Any]] | None) -> SessionState:
+        sid = path_session or request.headers.get(SESSION_HEADER) or _from_baggage(request.headers.get("baggage"))
+        if sid is None:
+            key = _bearer(request)
+            if key and key.startswith(KEY_PREFIX):
+                sid = await self.session_for_key(key)
+                if sid is None:
+                    raise APIError(401, "unknown session key", code="invalid_api_key")
+        if sid is not None:
+            state = await self.get(sid)
+        elif not self.auto_session:
+            raise APIError(400, "this gateway needs a session: use base_url .../sessions/{id}/v1, the "
+                                "X-Agentr1-Session header, or a session key (POST /sessions creates one)",
+                           code="session_required")
+        else:
+            state = await self._auto(messages)
+        if state.status != "running":
+            raise APIError(409, f"session {state.id} is {state.status}; start a new session", code="session_finished")
+        return state
+
+    async def _auto(self, messages: list[dict[str, Any]] | None) -> SessionState:
+        """An unattributed call joins the auto session whose conversation it continues, if any."""
+        if messages:
+            for key in reversed(_prefix_keys(messages)[:-1]):
+                sid = self._auto_by_conversation.get(key)
+                if sid is not None:
+                    state = await self.get(sid)
+                    if state.status == "running":
+                        return state
+        async with self._create_lock:
+            state, _ = await self.create(metadata={"auto": True}, auto=True)
+        return state
+
+    def note_conversation(self, state: SessionState, messages: list[dict[str, Any]],
+                          assistant: dict[str, Any]) -> None:
+        """Remember an auto session's history, so the next call of the same conversation finds it."""
+        if not state.auto:
+            return
+        self._auto_by_conversation[_prefix_keys([*messages, assistant])[-1]] = state.id
+        while len(self._auto_by_conversation) > MAX_AUTO_CANDIDATES:
+            self._auto_by_conversation.popitem(last=False)
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def _from_baggage(baggage: str | None) -> str | None:
+    if not baggage:
+        return None
+    for member in baggage.split(","):
+        key, _, value = member.partition("=")
+        if key.strip() == BAGGAGE_KEY:
+            return unquote(value.split(";", 1)[0].strip()) or None
+    return None

@@ -1,0 +1,39 @@
+"""Gateway settings: flags of `agentr1 gateway`, or AGENTR1_* environment variables."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTR1_", extra="ignore")
+
+    model: str = Field("smollm2", description="smollm2, tiny, or a local Hugging Face model directory.")
+    served_model_name: str | None = Field(None, description="Model id under /v1/models (default: from the model).")
+    model_aliases: list[str] = Field(default_factory=list, description="Other model names accepted in requests.")
+    accept_any_model: bool = Field(False, description="Serve the policy whatever model name a request asks for.")
+    backend: Literal["local"] = "local"
+    device: str = "auto"
+    max_batch_size: int = 32
+    db: str = "sqlite:///agentr1.db"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    public_url: str | None = Field(None, description="Base URL agents reach the gateway at (default http://host:port).")
+    admin_key: str | None = Field(None, description="Key for /admin/* and for reading any session. Unset: admin disabled.")
+    auto_session: bool = Field(True, description="Calls without a session go to an auto-created one (else 400).")
+    default_run: str = Field("default", description="Run that sessions without a run belong to.")
+    durable_writes: bool = Field(
+        True, description="Answer a call only after its step is committed (group commit). Off: answer first, "
+        "commit within write_interval_ms.",
+    )
+    write_batch_size: int = 256
+    write_interval_ms: float = 5.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_tokens_default: int = 512
+    request_timeout_s: float = 600.0
+
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")

@@ -1,0 +1,131 @@
+"""Background persistence of steps with group commit.
+
+Each answered call hands its step (and the feedback e_t of the step before it) to the writer.
+The writer commits whatever has queued up in one transaction, so 64 concurrent calls cost one
+commit, not 64. Durability contract:
+
+- ``durable_writes=True`` (default): the gateway answers a call only after the transaction that
+  holds its step has committed. An answered call is a stored step, even if the gateway is killed
+  right after. If the commit fails, the agent gets an error instead of an answer.
+- ``durable_writes=False``: the answer goes out first; the step commits within
+  ``write_interval_ms`` (plus the commit time). A crash in that window loses those steps; the
+  steps the writer could not commit are logged with their session ids.
+
+Graceful shutdown always flushes the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from agentr1.store import FeedbackRecord, StepRecord, StoreError, TraceStore
+
+log = logging.getLogger("agentr1.gateway.writer")
+
+
+@dataclass(slots=True)
+class _Item:
+    step: StepRecord | None
+    feedback: FeedbackRecord | None
+    done: asyncio.Future[None]
+
+
+class StepWriter:
+    def __init__(self, store: TraceStore, *, batch_size: int = 256, interval_s: float = 0.005) -> None:
+        self.store = store
+        self.batch_size = batch_size
+        self.interval_s = interval_s
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.committed = 0
+        self.failed = 0
+        self.last_commit_lag_s = 0.0
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="agentr1-step-writer")
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def submit(self, step: StepRecord | None, feedback: FeedbackRecord | None = None) -> asyncio.Future[None]:
+        """Queue a step (and/or feedback); the future resolves when it is committed."""
+        if self._task is None or self._task.done():
+            raise RuntimeError("step writer is not running")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Item(step, feedback, done))
+        return done
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed (or has failed)."""
+        if self._task is None:
+            return
+        marker = self.submit(None)
+        await asyncio.shield(marker)
+
+    async def _run(self) -> None:
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            deadline = time.monotonic() + self.interval_s
+            while len(batch) < self.batch_size:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), timeout))
+                except TimeoutError:
+                    break
+            while not self._queue.empty() and len(batch) < self.batch_size:
+                batch.append(self._queue.get_nowait())
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[_Item]) -> None:
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(self._write, batch)
+        except Exception:
+            # One bad item must not sink the others: retry them one by one.
+            for item in batch:
+                try:
+                    await asyncio.to_thread(self._write, [item])
+                except Exception as exc:  # noqa: BLE001 - reported to the waiting request
+                    self._fail(item, exc)
+                else:
+                    self._succeed(item)
+        else:
+            for item in batch:
+                self._succeed(item)
+        self.last_commit_lag_s = time.monotonic() - started
+
+    def _write(self, batch: list[_Item]) -> None:
+        steps = [i.step for i in batch if i.step is not None]
+        feedback = [i.feedback for i in batch if i.feedback is not None]
+        if steps or feedback:
+            self.store.append_steps(steps, feedback)
+
+    def _succeed(self, item: _Item) -> None:
+        self.committed += item.step is not None
+        if not item.done.done():
+            item.done.set_result(None)
+
+    def _fail(self, item: _Item, exc: Exception) -> None:
+        self.failed += 1
+        what = f"step {item.step.session_id}/{item.step.index}" if item.step else "feedback"
+        log.error("could not store %s: %s", what, exc)
+        if not item.done.done():
+            item.done.set_exception(exc if isinstance(exc, StoreError) else StoreError(str(exc)))
+            item.done.add_done_callback(lambda f: f.exception())  # non-durable callers never await it
