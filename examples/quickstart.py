@@ -12,16 +12,14 @@ import argparse
 import json
 import random
 import re
-import socket
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import openai
-import uvicorn
 
 from agentr1.gateway.app import create_app
+from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import TraceStore
 
@@ -40,8 +38,8 @@ def calculator(expression: str) -> str:
     if not re.fullmatch(r"[\d\s+\-*/().]+", expression or ""):
         return "error: only numbers and + - * / ( ) are allowed"
     try:
-        return str(eval(expression, {"__builtins__": {}}, {}))  # noqa: S307 - restricted to arithmetic above
-    except Exception as exc:  # noqa: BLE001 - the tool reports errors to the model
+        return str(eval(expression, {"__builtins__": {}}, {}))
+    except Exception as exc:
         return f"error: {exc}"
 
 
@@ -67,12 +65,6 @@ def run_agent(client: openai.OpenAI, model: str, question: str, max_turns: int =
     return answer
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
@@ -82,19 +74,10 @@ def main() -> None:
     args = parser.parse_args()
     Path("out").mkdir(exist_ok=True)
 
-    port = free_port()
-    settings = GatewaySettings(model=args.model, db=args.db, port=port, accept_any_model=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    gateway = f"http://127.0.0.1:{port}"
-    print(f"==> starting the gateway on {gateway} with model {args.model} (first run converts SmolLM2, ~30 s)")
-    while True:
-        try:
-            if httpx.get(f"{gateway}/ready", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
+    print(f"==> starting the gateway with model {args.model} (the first run converts SmolLM2, ~30 s)")
+    server = BackgroundServer(create_app(GatewaySettings(model=args.model, db=args.db, accept_any_model=True)))
+    gateway = server.start()
+    print(f"==> gateway ready on {gateway}")
 
     rng = random.Random(0)
     run_id = f"quickstart-{int(time.time())}"
@@ -115,8 +98,7 @@ def main() -> None:
             print(f"task {t} sample {k}: {question} -> {answer.strip()[:60]!r} reward={reward} "
                   f"({time.monotonic() - started:.1f}s)")
 
-    server.should_exit = True
-    time.sleep(1)
+    server.stop()
     with TraceStore.open(args.db) as store:
         run = store.get_run(run_id)
         print(f"\n==> run {run_id}: {run.n_sessions} sessions, {run.n_steps} steps recorded, "

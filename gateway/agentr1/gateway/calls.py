@@ -20,7 +20,7 @@ from agentr1.gateway.backends.base import (
 )
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.metrics import Metrics
-from agentr1.gateway.rendering.continuation import PreviousTurn, PromptPlan, plan_prompt
+from agentr1.gateway.rendering import PreviousTurn, PromptPlan, RenderError, plan_prompt
 from agentr1.gateway.sessions import SessionRegistry, SessionState
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.writer import StepWriter
@@ -80,7 +80,10 @@ def prepare_chat(gw: Gateway, state: SessionState, body: Any) -> PreparedCall:
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     tools = None if body.tool_choice == "none" else body.tools
     seen = messages  # environment context policies plug in here
-    plan, parent = _plan(gw, state, seen, tools)
+    try:
+        plan, parent = _plan(gw, state, seen, tools, body.tool_choice)
+    except RenderError as exc:
+        raise APIError(400, f"cannot render the request: {exc}", code="invalid_request", param="messages") from exc
     max_tokens = body.max_completion_tokens or body.max_tokens
     sampling = sampling_from(body, gw.settings, max_tokens, (body.top_logprobs or 0) if body.logprobs else 0)
     check_context(gw, len(plan.prompt_ids), sampling, explicit=max_tokens is not None)
@@ -90,16 +93,17 @@ def prepare_chat(gw: Gateway, state: SessionState, body: Any) -> PreparedCall:
                         parent_index=parent, sampling=sampling, n=body.n, model=gw.backend.model_name)
 
 
-def _plan(gw: Gateway, state: SessionState, seen: list[dict[str, Any]],
-          tools: list[dict[str, Any]] | None) -> tuple[PromptPlan, int | None]:
+def _plan(gw: Gateway, state: SessionState, seen: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+          tool_choice: Any) -> tuple[PromptPlan, int | None]:
+    """Continue one of the previous call's choices if the request extends it, else render afresh."""
     fallback: PromptPlan | None = None
     for index, previous in reversed(state.previous):
-        plan = plan_prompt(previous, seen, tools, gw.renderer)
+        plan = plan_prompt(previous, seen, tools, gw.renderer, tool_choice=tool_choice)
         if plan.continued:
             return plan, index
         fallback = fallback or plan
     if fallback is None:
-        return plan_prompt(None, seen, tools, gw.renderer), None
+        return plan_prompt(None, seen, tools, gw.renderer, tool_choice=tool_choice), None
     return fallback, state.previous[-1][0]
 
 
@@ -130,8 +134,8 @@ def generate_requests(call: PreparedCall) -> list[GenerateRequest]:
     return requests
 
 
-def assistant_message(gw: Gateway, result: GenerateResult, sampling: SamplingParams) -> dict[str, Any]:
-    parsed = gw.renderer.parse(result.output_ids)
+def assistant_message(gw: Gateway, call: PreparedCall, result: GenerateResult, choice: int) -> dict[str, Any]:
+    parsed = gw.renderer.parse(result.output_ids, prefill=call.plan.prefill, id_seed=f"{call.request_id}-{choice}")
     content = parsed.content
     if isinstance(result.matched_stop, str) and content and result.matched_stop in content:
         content = content[: content.rfind(result.matched_stop)]  # OpenAI leaves the stop string out
@@ -171,12 +175,13 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
             backend=gw.backend.name, model=call.model, trainable=gw.backend.trainable, drift=call.plan.drift,
             latency_ms=latency_ms,
             action={"content": message.get("content"), "tool_calls": message.get("tool_calls"),
-                    "reasoning": message.get("reasoning_content"), "message": message},
+                    "reasoning": message.get("reasoning_content"), "message": message,
+                    "prefill": call.plan.prefill},
         )
         futures.append(gw.writer.submit(step, feedback if i == 0 else None))
     state.previous = [
         (index, PreviousTurn(messages=call.messages_seen, tools=call.tools, prompt_ids=list(call.plan.prompt_ids),
-                             action_ids=result.output_ids, assistant_message=message))
+                             action_ids=result.output_ids, assistant_message=message, prefill=call.plan.prefill))
         for index, result, message in zip(indices, results, messages, strict=True)
     ]
     gw.sessions.note_conversation(state, call.messages_sent, messages[0])

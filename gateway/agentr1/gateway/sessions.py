@@ -20,7 +20,7 @@ from urllib.parse import unquote
 from starlette.requests import Request
 
 from agentr1.gateway.errors import APIError
-from agentr1.gateway.rendering.continuation import PreviousTurn, canonical_message
+from agentr1.gateway.rendering import PreviousTurn, canonical_message
 from agentr1.store import SessionExists, StepRecord, TraceStore, UnknownSession
 
 SESSION_HEADER = "x-agentr1-session"
@@ -57,6 +57,7 @@ def previous_from_step(step: StepRecord) -> PreviousTurn:
         prompt_ids=step.observation_ids,
         action_ids=step.action_ids,
         assistant_message=step.action.get("message") or {"role": "assistant", "content": step.action.get("content")},
+        prefill=step.action.get("prefill") or "",
     )
 
 

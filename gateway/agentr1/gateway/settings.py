@@ -35,5 +35,6 @@ class GatewaySettings(BaseSettings):
     max_tokens_default: int = 512
     request_timeout_s: float = 600.0
 
-    def base_url(self) -> str:
-        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+    def base_url(self, request_base: str) -> str:
+        """Where agents reach the gateway: ``public_url`` if set, else the address the request came to."""
+        return (self.public_url or request_base).rstrip("/")

@@ -78,7 +78,7 @@ async def stream_chat(gw: Gateway, call: PreparedCall, include_usage: bool) -> A
         try:
             async for delta in gw.backend.stream(request):
                 await queue.put((choice, delta.token_ids, delta.result))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+        except BaseException as exc:
             await queue.put(exc)
 
     requests = generate_requests(call)
@@ -104,7 +104,7 @@ async def stream_chat(gw: Gateway, call: PreparedCall, include_usage: bool) -> A
                 yield sse(_chunk(call, [{"index": choice, "delta": {"content": text}, "logprobs": None,
                                          "finish_reason": None}]))
         final = [r for r in results if r is not None]
-        messages = [assistant_message(gw, r, call.sampling) for r in final]
+        messages = [assistant_message(gw, call, r, i) for i, r in enumerate(final)]
         reasons = [finish_reason(r, m) for r, m in zip(final, messages, strict=True)]
         for i, (message, releaser) in enumerate(zip(messages, releasers, strict=True)):
             rest = releaser.finish(message.get("content"))

@@ -102,7 +102,7 @@ class StepWriter:
             for item in batch:
                 try:
                     await asyncio.to_thread(self._write, [item])
-                except Exception as exc:  # noqa: BLE001 - reported to the waiting request
+                except Exception as exc:
                     self._fail(item, exc)
                 else:
                     self._succeed(item)

@@ -56,7 +56,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         results = await asyncio.gather(*(gw.backend.generate(r) for r in generate_requests(call)))
     finally:
         state.in_flight -= 1
-    out = [assistant_message(gw, r, call.sampling) for r in results]
+    out = [assistant_message(gw, call, r, i) for i, r in enumerate(results)]
     reasons = [finish_reason(r, m) for r, m in zip(results, out, strict=True)]
     indices = await record(gw, call, results, out, reasons)
     completion_tokens = sum(len(r.output_ids) for r in results)

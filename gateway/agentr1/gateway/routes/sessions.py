@@ -27,7 +27,7 @@ async def create_session(body: SessionCreate, request: Request) -> dict[str, Any
                                           metadata=body.metadata, session_id=body.session_id,
                                           policy_version=gw.backend.policy_version)
     return {"id": state.id, "run_id": state.run_id, "task_id": body.task_id, "group_id": body.group_id,
-            "base_url": f"{gw.settings.base_url()}/sessions/{state.id}/v1", "api_key": key,
+            "base_url": f"{gw.settings.base_url(str(request.base_url))}/sessions/{state.id}/v1", "api_key": key,
             "policy_version": gw.backend.policy_version}
 
 

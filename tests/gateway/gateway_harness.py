@@ -1,0 +1,27 @@
+"""Start a real gateway (uvicorn on loopback) for a test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentr1.gateway.app import create_app
+from agentr1.gateway.server import BackgroundServer
+from agentr1.gateway.settings import GatewaySettings
+from agentr1.store import TraceStore
+
+
+@contextmanager
+def serve(db: str | Path, *, backend: Any = None, renderer: Any = None, model: str = "tiny",
+          **settings: Any) -> Iterator[tuple[str, TraceStore]]:
+    """Yield (gateway url, an open store on the same database)."""
+    store = TraceStore.open(str(db))
+    app = create_app(GatewaySettings(model=model, db=str(db), **settings), store=store, backend=backend,
+                     renderer=renderer)
+    try:
+        with BackgroundServer(app) as url:
+            yield url, store
+    finally:
+        store.close()
