@@ -233,3 +233,50 @@ def test_models_health_metrics(gateway):
         model="policy", messages=[{"role": "user", "content": "x"}])
     text = httpx.get(f"{url}/metrics").text
     assert "agentr1_calls_total 1" in text and "agentr1_store_steps_committed_total 1" in text
+
+
+def test_backend_dying_mid_stream_reports_in_band_and_stores_nothing(gateway):
+    url, store, backend = gateway
+    s = _session(url)
+    backend.die_after_tokens = 3
+    client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"], max_retries=0)
+    with pytest.raises(openai.APIError, match="died mid-stream"):
+        for _ in client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "x"}],
+                                                stream=True):
+            pass
+    backend.die_after_tokens = None
+    assert store.get_session(s["id"]).steps == []  # an unanswered call is not a step
+    ok = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "x"}])
+    assert ok.choices[0].message.tool_calls and len(store.get_session(s["id"]).steps) == 1
+
+
+def test_rewritten_history_is_drift_and_counted(gateway):
+    url, store, _ = gateway
+    s = _session(url)
+    client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"])
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "12*7?"}]
+    first = client.chat.completions.create(model="policy", messages=messages, tools=[TOOL]).choices[0].message
+    edited = [{"role": "system", "content": "be very brief"}, messages[1], first.model_dump(exclude_none=True),
+              {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "84"}]
+    client.chat.completions.create(model="policy", messages=edited, tools=[TOOL])
+    steps = store.get_session(s["id"]).steps
+    assert [st.drift for st in steps] == [False, True]
+    assert steps[0].feedback_ids is None  # no exact e_t when the history was rewritten
+    assert "agentr1_drift_total 1" in httpx.get(f"{url}/metrics").text
+
+
+def test_n_choices_are_steps_and_the_next_call_continues_the_chosen_one(gateway):
+    url, store, _ = gateway
+    s = _session(url)
+    client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"])
+    messages = [{"role": "user", "content": "12*7?"}]
+    r = client.chat.completions.create(model="policy", messages=messages, tools=[TOOL], n=3)
+    assert len(r.choices) == 3
+    chosen = r.choices[2].message
+    messages += [chosen.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": chosen.tool_calls[0].id, "content": "84"}]
+    client.chat.completions.create(model="policy", messages=messages, tools=[TOOL])
+    steps = store.get_session(s["id"]).steps
+    assert [st.index for st in steps] == [0, 1, 2, 3]
+    assert steps[3].parent_index == 2 and not steps[3].drift
+    assert steps[2].feedback_ids and steps[0].feedback_ids is None

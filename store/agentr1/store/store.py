@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, insert, or_, select, update
+from sqlalchemy import Engine, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -30,6 +30,7 @@ from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, Sessi
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 
 FINAL_STATUSES = ("finished", "failed", "abandoned")
+_STEPS = StepRow.__table__
 
 
 def new_id() -> str:
@@ -242,11 +243,10 @@ class TraceStore:
                 raise UnknownSession(sid)
             if steps:
                 try:
-                    db.execute(insert(StepRow), [_step_values(s) for s in steps])
+                    db.execute(insert(_STEPS), [_step_values(s) for s in steps])
                 except IntegrityError as exc:
                     raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
-            for fb in feedback:
-                self._attach(db, fb)
+            self._attach_many(db, feedback)
 
     def last_step(self, session_id: str) -> StepRecord | None:
         with self._read() as db:
@@ -256,17 +256,27 @@ class TraceStore:
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         with self._write() as db:
-            self._attach(db, FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None))
+            self._attach_many(db, [FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)])
 
     @staticmethod
-    def _attach(db: Session, fb: FeedbackRecord) -> None:
-        result = db.execute(
-            update(StepRow)
-            .where(StepRow.session_id == fb.session_id, StepRow.index == fb.index)
-            .values(feedback_messages=fb.messages, feedback_ids=encode_ids(fb.ids))
+    def _attach_many(db: Session, feedback: Sequence[FeedbackRecord]) -> None:
+        """One executemany for all feedback (Core, not ORM: this is the gateway's write path)."""
+        if not feedback:
+            return
+        stmt = (
+            update(_STEPS)
+            .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
+            .values(feedback_messages=bindparam("b_messages"), feedback_ids=bindparam("b_ids"))
         )
-        if not result.rowcount:  # type: ignore[attr-defined]
-            raise UnknownStep(fb.session_id, fb.index)
+        rows = [{"b_session": fb.session_id, "b_index": fb.index, "b_messages": fb.messages,
+                 "b_ids": encode_ids(fb.ids)} for fb in feedback]
+        result = db.connection().execute(stmt, rows)
+        if result.rowcount != len(rows):  # find the step that is missing, for a useful error
+            for fb in feedback:
+                found = db.scalar(select(_STEPS.c.id).where(_STEPS.c.session_id == fb.session_id,
+                                                            _STEPS.c.index == fb.index))
+                if found is None:
+                    raise UnknownStep(fb.session_id, fb.index)
 
     # -- rewards -----------------------------------------------------------------------------
 

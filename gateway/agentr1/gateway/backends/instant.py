@@ -33,6 +33,7 @@ class InstantBackend:
         self._version = 0
         self._paused = False
         self.fail_with: BackendError | None = None  # set to make every call fail (fault tests)
+        self.die_after_tokens: int | None = None  # set to make streams die mid-way (fault tests)
         self.calls = 0
 
     @property
@@ -63,7 +64,9 @@ class InstantBackend:
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
         result = await self.generate(request)
-        for token_id, logprob in zip(result.output_ids, result.logprobs, strict=True):
+        for i, (token_id, logprob) in enumerate(zip(result.output_ids, result.logprobs, strict=True)):
+            if self.die_after_tokens is not None and i >= self.die_after_tokens:
+                raise BackendError("the engine died mid-stream")
             yield StreamDelta([token_id], [logprob])
         yield StreamDelta([], [], result)
 
