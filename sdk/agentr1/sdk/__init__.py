@@ -1,1 +1,43 @@
-"""agentr1.sdk."""
+"""agentr1.sdk: make an existing agent trainable. Light: httpx and pydantic only.
+
+    from agentr1.sdk import rollout
+
+    @rollout(task_id=lambda task: task["id"])
+    def solve(task) -> float:
+        ...  # any OpenAI-compatible client pointed at the gateway; return the reward
+"""
+
+from agentr1.sdk.client import configure, gateway_url
+from agentr1.sdk.context import ActiveSession, current_session
+from agentr1.sdk.errors import (
+    AgentR1Error,
+    GatewayError,
+    GatewayUnreachable,
+    NoActiveSession,
+    SessionAlreadyFinished,
+    UnknownStep,
+)
+from agentr1.sdk.rollout import api_key, async_openai_client, base_url, openai_client, reward, rollout, session
+from agentr1.sdk.runner import RunResult, run_command
+
+__all__ = [
+    "ActiveSession",
+    "AgentR1Error",
+    "GatewayError",
+    "GatewayUnreachable",
+    "NoActiveSession",
+    "RunResult",
+    "SessionAlreadyFinished",
+    "UnknownStep",
+    "api_key",
+    "async_openai_client",
+    "base_url",
+    "configure",
+    "current_session",
+    "gateway_url",
+    "openai_client",
+    "reward",
+    "rollout",
+    "run_command",
+    "session",
+]

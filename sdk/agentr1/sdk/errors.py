@@ -1,0 +1,31 @@
+"""Errors the SDK raises; each says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class AgentR1Error(Exception):
+    """Base class of SDK errors."""
+
+
+class GatewayUnreachable(AgentR1Error):
+    """No gateway answers at the configured URL."""
+
+
+class GatewayError(AgentR1Error):
+    """The gateway answered with an error (its OpenAI-shaped body is kept)."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(f"{message} (HTTP {status}{', ' + code if code else ''})")
+        self.status, self.message, self.code = status, message, code
+
+
+class SessionAlreadyFinished(GatewayError):
+    """The session was finished already; start a new one."""
+
+
+class UnknownStep(GatewayError):
+    """A reward named a step the session does not have."""
+
+
+class NoActiveSession(AgentR1Error):
+    """reward() or a client helper was called outside any rollout or session."""

@@ -1,0 +1,222 @@
+"""`@rollout`, `session(...)` and `reward(...)`: turn a run of an existing agent into a trajectory."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from agentr1.sdk import propagation
+from agentr1.sdk.client import arequest, as_session, create_call, finish_call, request, reward_call
+from agentr1.sdk.context import ActiveSession, current_session, reset_current, set_current
+from agentr1.sdk.errors import NoActiveSession
+
+log = logging.getLogger("agentr1.sdk")
+F = TypeVar("F", bound=Callable[..., Any])
+Field = str | Callable[..., Any] | None
+
+
+def _tracer() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    return trace.get_tracer("agentr1.sdk")
+
+
+class session:
+    """Open a session (trajectory) for the code inside; sync (`with`) or async (`async with`).
+
+    Model calls to the gateway inside carry the session. On normal exit the session is finished
+    (with ``reward`` as its outcome reward if set); on an exception it is marked failed with the
+    error and the exception propagates. Inside an active session, a nested ``session`` joins the
+    outer one (sub-agents belong to the same trajectory) unless ``new=True``.
+    """
+
+    def __init__(self, *, task_id: str | None = None, group_id: str | None = None, run_id: str | None = None,
+                 metadata: dict[str, Any] | None = None, new: bool = False) -> None:
+        self.fields = (run_id, task_id, group_id, metadata)
+        self.new = new
+        self.reward: float | None = None
+        self.active: ActiveSession | None = None
+        self._owner = False
+        self._token: Any = None
+        self._span: contextlib.AbstractContextManager[Any] | None = None
+
+    # -- sync ------------------------------------------------------------------------------
+
+    def __enter__(self) -> ActiveSession:
+        propagation.install()
+        outer = current_session()
+        if outer is not None and not self.new:
+            self.active = outer
+            return outer
+        method, path, _, body = create_call(*self.fields)
+        self.active, self._owner = as_session(request(method, path, json=body)), True
+        self._enter_context()
+        return self.active
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if not self._owner:
+            return
+        try:
+            method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
+            request(method, path, sess, json=body)
+        except Exception as err:
+            if exc is None:
+                raise
+            log.warning("could not mark session %s failed: %s", self.active.id if self.active else "?", err)
+        finally:
+            self._exit_context(exc)
+
+    # -- async -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> ActiveSession:
+        propagation.install()
+        outer = current_session()
+        if outer is not None and not self.new:
+            self.active = outer
+            return outer
+        method, path, _, body = create_call(*self.fields)
+        self.active, self._owner = as_session(await arequest(method, path, json=body)), True
+        self._enter_context()
+        return self.active
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if not self._owner:
+            return
+        try:
+            method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
+            await arequest(method, path, sess, json=body)
+        except Exception as err:
+            if exc is None:
+                raise
+            log.warning("could not mark session %s failed: %s", self.active.id if self.active else "?", err)
+        finally:
+            self._exit_context(exc)
+
+    # -- shared ----------------------------------------------------------------------------
+
+    def _outcome(self, exc: BaseException | None) -> tuple[str, float | None, str | None]:
+        if exc is None:
+            return "finished", self.reward, None
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return "failed", None, text[-20_000:]
+
+    def _enter_context(self) -> None:
+        assert self.active is not None
+        self._token = set_current(self.active)
+        tracer = _tracer()
+        if tracer is not None:
+            attributes = {"agentr1.session": self.active.id, "agentr1.task_id": self.active.task_id or "",
+                          "agentr1.group_id": self.active.group_id or "", "agentr1.run_id": self.active.run_id or ""}
+            self._span = tracer.start_as_current_span("agentr1.session", attributes=attributes)
+            self._span.__enter__()
+
+    def _exit_context(self, exc: BaseException | None) -> None:
+        if self._span is not None:
+            self._span.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
+        reset_current(self._token)
+
+
+def reward(value: float, *, name: str = "reward", step: int | str | None = None, source: str = "agent") -> None:
+    """Report a reward for the current session: the whole session (``step=None``), one step by
+    index, or ``step="last"`` for the newest step the gateway answered in this session."""
+    active = current_session()
+    if active is None:
+        raise NoActiveSession("reward() needs an active session: call it inside @rollout or `with session(...)`")
+    if step == "last":
+        if active.last_step is None:
+            raise NoActiveSession("step='last': this session has made no model call yet")
+        step = active.last_step
+    method, path, sess, body = reward_call(active, float(value), name, step if step is None else int(step), source)
+    request(method, path, sess, json=body)
+
+
+def _resolve(field: Field, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return field(*args, **kwargs) if callable(field) else field
+
+
+def _outcome_reward(result: Any) -> float | None:
+    if isinstance(result, bool) or not isinstance(result, int | float):
+        return None
+    return float(result)
+
+
+@overload
+def rollout(fn: F) -> F: ...
+@overload
+def rollout(*, task_id: Field = None, group_id: Field = None, run_id: Field = None,
+            metadata: Field = None, new: bool = False) -> Callable[[F], F]: ...
+
+
+def rollout(fn: F | None = None, *, task_id: Field = None, group_id: Field = None, run_id: Field = None,
+            metadata: Field = None, new: bool = False) -> Any:
+    """Run each call of ``fn`` (sync or async) as one session. ``task_id``, ``group_id``, ``run_id``
+    and ``metadata`` are values or functions of the call's arguments. A number returned by ``fn``
+    is the session's outcome reward; an exception marks the session failed and propagates."""
+
+    def wrap(func: F) -> F:
+        def open_session(args: tuple[Any, ...], kwargs: dict[str, Any]) -> session:
+            return session(task_id=_resolve(task_id, args, kwargs), group_id=_resolve(group_id, args, kwargs),
+                           run_id=_resolve(run_id, args, kwargs), metadata=_resolve(metadata, args, kwargs), new=new)
+
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                s = open_session(args, kwargs)
+                async with s:
+                    result = await func(*args, **kwargs)
+                    s.reward = _outcome_reward(result)
+                return result
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            s = open_session(args, kwargs)
+            with s:
+                result = func(*args, **kwargs)
+                s.reward = _outcome_reward(result)
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _require() -> ActiveSession:
+    active = current_session()
+    if active is None:
+        raise NoActiveSession("no active session: call this inside @rollout or `with session(...)`")
+    return active
+
+
+def base_url() -> str:
+    """The OpenAI base_url of the current session."""
+    return _require().base_url
+
+
+def api_key() -> str:
+    """The API key of the current session."""
+    return _require().api_key
+
+
+def openai_client(**kwargs: Any) -> Any:
+    """An ``openai.OpenAI`` client bound to the current session."""
+    import openai
+
+    active = _require()
+    return openai.OpenAI(base_url=active.base_url, api_key=active.api_key, **kwargs)
+
+
+def async_openai_client(**kwargs: Any) -> Any:
+    """An ``openai.AsyncOpenAI`` client bound to the current session."""
+    import openai
+
+    active = _require()
+    return openai.AsyncOpenAI(base_url=active.base_url, api_key=active.api_key, **kwargs)
