@@ -106,3 +106,17 @@ class Backend(Protocol):
     async def pause(self) -> None: ...
 
     async def resume(self) -> None: ...
+
+
+class ContextLengthExceeded(ValueError):
+    """The prompt plus ``max_new_tokens`` does not fit the model's context: answered as 400
+    ``context_length_exceeded``."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, max_context: int) -> None:
+        super().__init__(
+            f"this model's maximum context length is {max_context} tokens; the request has "
+            f"{prompt_tokens} prompt tokens and asks for {max_new_tokens} new tokens"
+        )
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max_new_tokens
+        self.max_context = max_context

@@ -1,0 +1,94 @@
+"""Local engine throughput: generated tokens per second at 1 and N concurrent requests.
+
+    .venv/bin/python bench/local_engine_bench.py                       # SmolLM2, 1 and 8 concurrent
+    .venv/bin/python bench/local_engine_bench.py --model tiny --concurrency 1 4 16
+    .venv/bin/python bench/local_engine_bench.py --tokens 64 --device cuda --concurrency 1 32 128
+
+Each request is a chat prompt of its own, sampled at temperature 1 with a seed, up to --tokens new
+tokens (it may stop earlier at <|im_end|>; only generated tokens count). Prints a markdown table:
+wall time, total tokens/s, per-request tokens/s, and the forward passes the engine ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import platform
+import time
+
+import torch
+
+from agentr1.gateway.backends import GenerateRequest, SamplingParams
+from agentr1.gateway.backends.local import LocalBackend
+from agentr1.gateway.models import resolve_model
+
+QUESTIONS = [
+    "Explain why the sky is blue.",
+    "Write a short poem about the sea.",
+    "What is 12*7? Show your steps.",
+    "List three uses of a paperclip.",
+    "Describe a cat to someone who has never seen one.",
+    "How do I boil an egg?",
+    "Summarise the plot of a fairy tale.",
+    "Give advice for a first job interview.",
+]
+
+
+async def measure(backend: LocalBackend, concurrency: int, tokens: int) -> dict[str, float]:
+    requests = []
+    for i in range(concurrency):
+        text = QUESTIONS[i % len(QUESTIONS)] + (f" (variant {i})" if i >= len(QUESTIONS) else "")
+        ids = backend.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        sampling = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=i)
+        requests.append(GenerateRequest(prompt_ids=ids, sampling=sampling))
+    before = dataclasses.replace(backend.stats)
+    started = time.perf_counter()
+    results = await asyncio.gather(*(backend.generate(r) for r in requests))
+    wall = time.perf_counter() - started
+    generated = sum(len(r.output_ids) for r in results)
+    return {
+        "wall_s": wall,
+        "tokens": generated,
+        "tokens_per_s": generated / wall,
+        "per_request_tokens_per_s": generated / concurrency / wall,
+        "forwards": backend.stats.forward_passes - before.forward_passes,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2", help="smollm2, tiny or a HF model directory")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--tokens", type=int, default=64, help="max new tokens per request")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per concurrency level (best is shown)")
+    args = parser.parse_args()
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    backend = LocalBackend(resolve_model(args.model), device=args.device, max_batch_size=max(args.concurrency))
+    loaded = time.perf_counter()
+    await backend.start()
+    print(
+        f"model {backend.model_name} on {backend.device} ({backend.dtype}), loaded in "
+        f"{time.perf_counter() - loaded:.1f} s; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}"
+    )
+    await measure(backend, 1, 4)  # warm-up
+    print("\n| concurrent | generated tokens | wall s | tokens/s total | tokens/s per request | forwards |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for concurrency in args.concurrency:
+        runs = [await measure(backend, concurrency, args.tokens) for _ in range(args.repeat)]
+        best = max(runs, key=lambda r: r["tokens_per_s"])
+        print(
+            f"| {concurrency} | {best['tokens']} | {best['wall_s']:.2f} | {best['tokens_per_s']:.1f} | "
+            f"{best['per_request_tokens_per_s']:.1f} | {best['forwards']} |"
+        )
+    await backend.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

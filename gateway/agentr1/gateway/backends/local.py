@@ -1,0 +1,392 @@
+"""The embedded ``local`` backend: a HF transformers model on CPU or one GPU, batching concurrent
+requests (continuous batching: new requests join the running batch at step boundaries).
+
+One worker thread owns the model and runs :class:`~._engine.BatchEngine`; the asyncio side only
+queues requests and receives tokens through ``loop.call_soon_threadsafe``, so any number of event
+loops may use one backend.
+
+Pausing: :meth:`LocalBackend.pause` stops admitting requests and returns once the requests in
+flight have finished; requests that arrive while paused wait in the queue (they are not
+rejected) and start after :meth:`LocalBackend.resume`. :meth:`LocalBackend.update_weights` pauses
+the same way, so each response is sampled by one policy version. A full queue (``max_queue``)
+or a backend that is not started answers :class:`BackendUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ._engine import BatchEngine, EngineStats, Row
+from ._weights import copy_into, read_safetensors
+from .base import (
+    BackendUnavailable,
+    ContextLengthExceeded,
+    GenerateRequest,
+    GenerateResult,
+    StreamDelta,
+)
+
+__all__ = ["EngineStats", "LocalBackend"]
+
+log = logging.getLogger(__name__)
+
+MAX_TOP_LOGPROBS = 20
+
+
+class _Sink:
+    """Hands a row's tokens to the event loop that waits for them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, streaming: bool) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[GenerateResult] | None = None if streaming else loop.create_future()
+        self.queue: asyncio.Queue[StreamDelta | BaseException] | None = asyncio.Queue() if streaming else None
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def delta(self, token_ids: list[int], logprobs: list[float]) -> None:
+        if self.queue is not None:
+            self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs)))
+
+    def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
+        if self.queue is not None:
+            self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs), result=result))
+        else:
+            self._call(_resolve, self.future, result, None)
+
+    def error(self, exc: BaseException) -> None:
+        if self.queue is not None:
+            self._call(self.queue.put_nowait, exc)
+        else:
+            self._call(_resolve, self.future, None, exc)
+
+
+def _resolve(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(value)
+
+
+def _pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+class LocalBackend:
+    """Serve a HF causal LM from ``model_path`` in this process (see the module docstring)."""
+
+    name = "local"
+    trainable = True
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        device: str = "auto",
+        dtype: str | torch.dtype = "auto",
+        max_batch_size: int = 32,
+        max_context: int | None = None,
+        max_queue: int = 4096,
+        model_name: str | None = None,
+    ) -> None:
+        from transformers import AutoConfig
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.model_path = Path(model_path)
+        config = AutoConfig.from_pretrained(self.model_path)
+        self.config = config
+        self.model_name = model_name or self.model_path.name
+        self.max_context = int(max_context or config.max_position_embeddings)
+        self.vocab_size = int(config.vocab_size)
+        self.device = _pick_device(device)
+        self.dtype = _pick_dtype(dtype, self.device)
+        self.max_batch_size = max_batch_size
+        self.max_queue = max_queue
+        self.stats = EngineStats()
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self._engine: BatchEngine | None = None
+        self._policy_version = 0
+        self._cv = threading.Condition()
+        self._queue: collections.deque[Row] = collections.deque()
+        self._model_lock = threading.Lock()  # held by the worker for each step and by weight loads
+        self._idle = threading.Event()
+        self._idle.set()
+        self._paused = False
+        self._updating = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    async def start(self) -> None:
+        """Load the model and start the worker (idempotent)."""
+        await asyncio.to_thread(self.start_sync)
+
+    def start_sync(self) -> None:
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            started = time.monotonic()
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation="sdpa")
+            self.model = model.to(self.device).eval()
+            decoder = self.tokenizer.backend_tokenizer  # the worker's own use: decode only
+
+            def decode(ids: list[int]) -> str:
+                return decoder.decode(ids, skip_special_tokens=False)
+
+            self._engine = BatchEngine(
+                self.model,
+                eos_ids=self._eos_ids(),
+                pad_id=self._pad_id(),
+                decode=decode,
+                max_context=self.max_context,
+                stats=self.stats,
+            )
+            self._engine.policy_version = self._policy_version
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="agentr1-local-engine", daemon=True)
+            self._thread.start()
+            log.info(
+                "local backend: %s on %s (%s) ready in %.1f s",
+                self.model_name,
+                self.device,
+                self.dtype,
+                time.monotonic() - started,
+            )
+
+    async def close(self) -> None:
+        """Stop the worker: running requests end with ``finish_reason="abort"``, queued ones fail."""
+        thread = self._thread
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+        self._thread = None
+
+    async def ready(self) -> bool:
+        """Loaded, worker alive, not paused and not updating weights."""
+        thread = self._thread
+        return thread is not None and thread.is_alive() and not self._stopping and not self._is_paused()
+
+    # -- generation -----------------------------------------------------------------------
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        row, sink = self._submit(request, streaming=False)
+        assert sink.future is not None
+        try:
+            return await sink.future
+        except asyncio.CancelledError:
+            row.cancelled = True
+            raise
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
+        """Deltas per decode step; the last one carries the result. The request is validated
+        here (errors raise at call time) and queued when iteration starts."""
+        self.validate(request)
+        return self._stream(request)
+
+    async def _stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
+        row, sink = self._submit(request, streaming=True)
+        queue = sink.queue
+        assert queue is not None
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.result is not None:
+                    return
+        finally:
+            row.cancelled = True  # no-op when finished; stops the row if the consumer left early
+
+    def validate(self, request: GenerateRequest) -> None:
+        """Raise ValueError (ContextLengthExceeded for length) for requests the engine cannot run."""
+        ids, p = request.prompt_ids, request.sampling
+        if not ids:
+            raise ValueError("the prompt is empty: at least one token is needed")
+        if any((not isinstance(t, int)) or t < 0 or t >= self.vocab_size for t in ids):
+            raise ValueError(f"prompt token ids must be integers in [0, {self.vocab_size})")
+        if p.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if len(ids) + p.max_new_tokens > self.max_context:
+            raise ContextLengthExceeded(len(ids), p.max_new_tokens, self.max_context)
+        if p.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < p.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if p.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 = disabled)")
+        if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]")
+
+    def _submit(self, request: GenerateRequest, *, streaming: bool) -> tuple[Row, _Sink]:
+        self.validate(request)
+        sink = _Sink(asyncio.get_running_loop(), streaming)
+        row = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id)
+        with self._cv:
+            if self._thread is None or self._stopping:
+                raise BackendUnavailable("the local backend is not running", retry_after=5.0)
+            if len(self._queue) >= self.max_queue:
+                raise BackendUnavailable("the local backend queue is full", retry_after=1.0)
+            self._queue.append(row)
+            self._cv.notify_all()
+        return row, sink
+
+    # -- pause, resume, weights -----------------------------------------------------------
+
+    async def pause(self) -> None:
+        """Stop admitting requests; returns when the requests in flight have finished."""
+        with self._cv:
+            self._paused = True
+        await self._wait_idle()
+
+    async def resume(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    async def update_weights(self, path: str) -> int:
+        """Load weights from a HF directory or ``.safetensors`` file; returns the new version.
+
+        Waits for the requests in flight (new ones queue meanwhile), so every response comes
+        from one policy version. A missing path or mismatched weights raise and change nothing."""
+        tensors = await asyncio.to_thread(read_safetensors, path)
+        return await self.update_weights_from_tensors(tensors)
+
+    async def update_weights_from_tensors(self, tensors: Mapping[str, torch.Tensor]) -> int:
+        """Same as :meth:`update_weights` with tensors in memory (an in-process trainer)."""
+        with self._cv:
+            self._updating += 1
+        try:
+            await self._wait_idle()
+            return await asyncio.to_thread(self._load_tensors, tensors)
+        finally:
+            with self._cv:
+                self._updating -= 1
+                self._cv.notify_all()
+
+    def _load_tensors(self, tensors: Mapping[str, torch.Tensor]) -> int:
+        with self._model_lock:
+            if self.model is None:
+                raise BackendUnavailable("the local backend is not started", retry_after=5.0)
+            copy_into(self.model, tensors)
+            self._policy_version += 1
+            if self._engine is not None:
+                self._engine.policy_version = self._policy_version
+        log.info("local backend: weights updated, policy version %d", self._policy_version)
+        return self._policy_version
+
+    def _is_paused(self) -> bool:
+        return self._paused or self._updating > 0
+
+    async def _wait_idle(self) -> None:
+        while not self._idle.is_set():
+            await asyncio.sleep(0.005)
+
+    # -- the worker -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        engine = self._engine
+        assert engine is not None
+        self._warm_up()
+        while True:
+            with self._cv:
+                while not self._stopping and not engine.rows and (self._is_paused() or not self._queue):
+                    self._idle.set()
+                    self._cv.wait()
+                if self._stopping:
+                    break
+                admitted: list[Row] = []
+                if not self._is_paused():
+                    while self._queue and len(engine.rows) + len(admitted) < self.max_batch_size:
+                        row = self._queue.popleft()
+                        if not row.cancelled:
+                            admitted.append(row)
+                if admitted or engine.rows:
+                    self._idle.clear()
+            try:
+                with self._model_lock, torch.inference_mode():
+                    if admitted:
+                        engine.prefill(admitted)
+                    if engine.rows:
+                        engine.decode()
+            except Exception:  # the engine fails its own rows; this only keeps the worker alive
+                log.exception("local engine: unexpected error in the worker loop")
+                engine.reset()
+        self._shutdown(engine)
+
+    def _warm_up(self) -> None:
+        """One small forward on this thread: its first use of the CPU thread pool is slow."""
+        try:
+            with self._model_lock, torch.inference_mode():
+                self.model(input_ids=torch.tensor([[self._pad_id()] * 2], device=self.device), logits_to_keep=1)
+        except Exception:
+            log.exception("local engine: warm-up forward failed")
+
+    def _shutdown(self, engine: BatchEngine) -> None:
+        with self._model_lock:
+            engine.abort_all()
+        with self._cv:
+            queued, self._queue = list(self._queue), collections.deque()
+            self._idle.set()
+        for row in queued:
+            row.sink.error(BackendUnavailable("the local backend was closed", retry_after=5.0))
+
+    # -- model facts ----------------------------------------------------------------------
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), self.config):
+            value = getattr(source, "eos_token_id", None) if source is not None else None
+            if isinstance(value, int):
+                ids.add(value)
+            elif value:
+                ids.update(int(v) for v in value)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return ids
+
+    def _pad_id(self) -> int:
+        for value in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0):
+            if value is not None:
+                return int(value)
+        return 0
