@@ -23,6 +23,8 @@ def gateway(
                                          help="Refuse calls that carry no session instead of auto-creating one."),
     durable_writes: bool = typer.Option(True, "--durable-writes/--fast-writes",
                                         help="Answer only after the step is committed (default)."),
+    otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", envvar="AGENTR1_OTLP_ENDPOINT",
+                                             help="Export a span per step over OTLP/HTTP (needs agentr1[otel])."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Start the gateway (uvicorn). Agents point their OpenAI base_url at http://HOST:PORT/v1."""
@@ -35,6 +37,10 @@ def gateway(
         typer.secho(f"error: the gateway needs `pip install 'agentr1[gateway]'` ({exc.name} missing)", fg="red", err=True)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if otlp_endpoint:
+        from agentr1.gateway.tracing import configure_otlp
+
+        configure_otlp(otlp_endpoint)
     settings = GatewaySettings(
         model=model, db=db, host=host, port=port, device=device, admin_key=admin_key,
         served_model_name=served_model_name, accept_any_model=accept_any_model, auto_session=not require_session,

@@ -21,6 +21,7 @@ from agentr1.gateway.calls import (
 from agentr1.gateway.completions import complete_text
 from agentr1.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from agentr1.gateway.streaming import stream_chat
+from agentr1.gateway.tracing import step_span
 
 router = APIRouter()
 
@@ -46,6 +47,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     gw.check_model(body.model)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     state = await gw.sessions.resolve(request, request.path_params.get("session_id"), messages)
+    with step_span(request.headers, state.id) as span:
+        response = await _chat(gw, state, body)
+        if span is not None:
+            span.set_attribute("agentr1.steps", response.headers.get("x-agentr1-steps", ""))
+        return response
+
+
+async def _chat(gw: Gateway, state: Any, body: ChatCompletionRequest) -> Any:
     call = prepare_chat(gw, state, body)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
