@@ -17,7 +17,16 @@ from agentr1.sdk.errors import (
     SessionAlreadyFinished,
     UnknownStep,
 )
-from agentr1.sdk.rollout import api_key, async_openai_client, base_url, openai_client, reward, rollout, session
+from agentr1.sdk.rollout import (
+    api_key,
+    areward,
+    async_openai_client,
+    base_url,
+    openai_client,
+    reward,
+    rollout,
+    session,
+)
 from agentr1.sdk.runner import RunResult, run_command
 
 __all__ = [
@@ -30,6 +39,7 @@ __all__ = [
     "SessionAlreadyFinished",
     "UnknownStep",
     "api_key",
+    "areward",
     "async_openai_client",
     "base_url",
     "configure",

@@ -123,9 +123,7 @@ class session:
         reset_current(self._token)
 
 
-def reward(value: float, *, name: str = "reward", step: int | str | None = None, source: str = "agent") -> None:
-    """Report a reward for the current session: the whole session (``step=None``), one step by
-    index, or ``step="last"`` for the newest step the gateway answered in this session."""
+def _reward_call(value: float, name: str, step: int | str | None, source: str) -> tuple[Any, ...]:
     active = current_session()
     if active is None:
         raise NoActiveSession("reward() needs an active session: call it inside @rollout or `with session(...)`")
@@ -133,8 +131,21 @@ def reward(value: float, *, name: str = "reward", step: int | str | None = None,
         if active.last_step is None:
             raise NoActiveSession("step='last': this session has made no model call yet")
         step = active.last_step
-    method, path, sess, body = reward_call(active, float(value), name, step if step is None else int(step), source)
+    return reward_call(active, float(value), name, step if step is None else int(step), source)
+
+
+def reward(value: float, *, name: str = "reward", step: int | str | None = None, source: str = "agent") -> None:
+    """Report a reward for the current session: the whole session (``step=None``), one step by
+    index, or ``step="last"`` for the newest step the gateway answered in this session."""
+    method, path, sess, body = _reward_call(value, name, step, source)
     request(method, path, sess, json=body)
+
+
+async def areward(value: float, *, name: str = "reward", step: int | str | None = None,
+                  source: str = "agent") -> None:
+    """:func:`reward` for async code (does not block the event loop)."""
+    method, path, sess, body = _reward_call(value, name, step, source)
+    await arequest(method, path, sess, json=body)
 
 
 def _resolve(field: Field, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -1,0 +1,1 @@
+"""Calculator arithmetic: the small, quick task the README's main command trains on."""

@@ -1,0 +1,151 @@
+"""The training job definition: typed, loadable from YAML, with verl's names where verl has one
+(`data.train_batch_size`, `actor_rollout_ref.rollout.n`, `actor_rollout_ref.actor.optim.lr`,
+`actor_rollout_ref.actor.policy_loss.loss_mode`, `algorithm.adv_estimator`,
+`trainer.total_training_steps`, `trainer.save_freq`, `trainer.test_freq`,
+`trainer.default_local_dir`). Unknown keys are errors, so a typo never silently does nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentConfig(_Strict):
+    """What to run per task: a Python function ``module:function`` (sync or async, taking the task
+    dict, using any OpenAI-compatible client; may return a reward) or a command for the runner."""
+
+    entrypoint: str | None = None
+    command: list[str] | None = None
+    timeout_s: float = 300.0
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> AgentConfig:
+        if (self.entrypoint is None) == (self.command is None):
+            raise ValueError("agent needs exactly one of `entrypoint` (module:function) or `command`")
+        return self
+
+
+class DataConfig(_Strict):
+    """Tasks: JSONL/parquet files (one task per row; Agent-R1 rows with `prompt`, `agent_name`,
+    `reward_model`, `env_kwargs` work too), or a generator ``module:function(split, n, seed)``."""
+
+    train_files: list[str] = Field(default_factory=list)
+    val_files: list[str] = Field(default_factory=list)
+    generator: str | None = None
+    train_size: int = 1000  # tasks a generator makes for training
+    val_size: int = 50
+    train_batch_size: int = 8  # tasks per training step (verl's data.train_batch_size)
+    shuffle: bool = True
+    seed: int = 0
+
+
+class StoreSelection(_Strict):
+    """Offline training on sessions already in a store (collected earlier, served by anyone)."""
+
+    db: str
+    run_id: str | None = None
+    statuses: list[str] = Field(default_factory=lambda: ["finished"])
+    min_policy_version: int | None = None
+    max_policy_version: int | None = None
+    created_after: str | None = None  # ISO timestamp
+    created_before: str | None = None
+
+
+class RewardConfig(_Strict):
+    functions: list[str] = Field(default_factory=list)  # module:function(session, task) -> float | {step: float}
+    outcome_on: Literal["last_step", "all_steps"] = "last_step"
+
+
+class AlgorithmConfig(_Strict):
+    adv_estimator: str = "grpo"
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+    gigpo_step_weight: float = 1.0
+    layout: Literal["merged", "per_step"] = "merged"
+
+
+class RolloutConfig(_Strict):
+    n: int = 4
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_concurrency: int = 16
+    max_staleness: int = 0  # train on sessions at most this many policy versions old
+
+
+class PolicyLossConfig(_Strict):
+    loss_mode: str = "vanilla"
+
+
+class OptimConfig(_Strict):
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+
+
+class ActorConfig(_Strict):
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    policy_loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
+    ppo_mini_batch_size: int = 0  # rows per optimizer step; 0 = the whole batch
+    ppo_micro_batch_size_per_gpu: int = 4
+    ppo_epochs: int = 1
+    clip_ratio: float = 0.2
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "token-mean"
+    grad_clip: float = 1.0
+    max_length: int = 4096
+
+
+class ActorRolloutRefConfig(_Strict):
+    model: str = "smollm2"
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+
+
+class TrainerSection(_Strict):
+    total_training_steps: int = 10
+    save_freq: int = 0  # 0 = only at the end
+    test_freq: int = 0  # 0 = only before and after
+    default_local_dir: str = "out/train"
+    device: str = "auto"
+    resume: bool = True
+    seed: int = 0
+
+
+class JobConfig(_Strict):
+    run_name: str = "agentr1"
+    db: str = "sqlite:///out/train/traces.db"
+    agent: AgentConfig
+    data: DataConfig = Field(default_factory=DataConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = Field(default_factory=ActorRolloutRefConfig)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    offline: StoreSelection | None = None  # set: train on stored sessions instead of rolling out
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> JobConfig:
+        """Load ``path`` and apply ``key.sub=value`` overrides (verl/Hydra style)."""
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+        for item in overrides or []:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"override {item!r} must look like key.sub=value")
+            node = raw
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = yaml.safe_load(value)
+        return cls.model_validate(raw)
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

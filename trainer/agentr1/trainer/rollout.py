@@ -1,0 +1,95 @@
+"""Rollout orchestration: run the agent n times per task through the gateway, bounded and timed.
+
+Every run is one session tagged with the run, the task group (the n samples of one task in one
+training step) and the policy version the gateway serves. A run that raises or times out leaves
+a failed session: it is counted, and excluded from the update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentr1.sdk import areward, run_command, session
+from agentr1.trainer.config import AgentConfig
+from agentr1.trainer.tasks import load_callable
+
+
+@dataclass
+class RolloutReport:
+    sessions: list[str] = field(default_factory=list)
+    finished: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)  # the first few, for the log
+
+
+class AgentRunner:
+    """Runs the configured agent for one task inside the current session."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.fn: Callable[..., Any] | None = load_callable(config.entrypoint) if config.entrypoint else None
+        # A decorated agent would open its own session; run the function it wraps instead.
+        while self.fn is not None and hasattr(self.fn, "__wrapped__"):
+            self.fn = self.fn.__wrapped__
+
+    async def run(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int, step: int,
+                  report: RolloutReport) -> None:
+        timeout = self.config.timeout_s
+        if self.config.command is not None:
+            result = await asyncio.to_thread(run_command, self.config.command, task, timeout_s=timeout,
+                                             task_id=task["id"], group_id=group_id, run_id=run_id)
+            report.sessions.append(result.session_id)
+            self._count(report, ok=result.ok, timed_out=result.timed_out, error=result.stderr[-300:])
+            return
+        assert self.fn is not None
+        metadata = {"step": step, "sample": sample}
+        try:
+            async with session(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata,
+                               new=True) as active:
+                report.sessions.append(active.id)
+                call = self.fn(task) if inspect.iscoroutinefunction(self.fn) else asyncio.to_thread(self.fn, task)
+                result = await asyncio.wait_for(call, timeout)
+                if isinstance(result, int | float) and not isinstance(result, bool):
+                    await areward(float(result), name="agent")
+        except TimeoutError:
+            self._count(report, ok=False, timed_out=True, error=f"timed out after {timeout:.0f} s")
+        except Exception as exc:
+            self._count(report, ok=False, timed_out=False, error=f"{type(exc).__name__}: {exc}")
+        else:
+            self._count(report, ok=True, timed_out=False, error="")
+
+    @staticmethod
+    def _count(report: RolloutReport, *, ok: bool, timed_out: bool, error: str) -> None:
+        if ok:
+            report.finished += 1
+            return
+        report.failed += 1
+        report.timed_out += timed_out
+        if len(report.errors) < 5:
+            report.errors.append(error)
+
+
+async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, run_id: str, step: int,
+                  max_concurrency: int, on_done: Callable[[], None] | None = None) -> RolloutReport:
+    """Run ``n`` samples of every task, at most ``max_concurrency`` at a time."""
+    report = RolloutReport()
+    limit = asyncio.Semaphore(max_concurrency)
+    started = time.monotonic()
+
+    async def one(task: dict[str, Any], sample: int) -> None:
+        async with limit:
+            await runner.run(task, run_id=run_id, group_id=f"{run_id}/step{step}/{task['id']}", sample=sample,
+                             step=step, report=report)
+        if on_done is not None:
+            on_done()
+
+    await asyncio.gather(*(one(task, k) for task in tasks for k in range(n)))
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,98 @@
+"""Task datasets: JSONL or parquet files, Agent-R1 rows, or a generator function."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from agentr1.trainer.config import DataConfig
+
+
+def load_callable(spec: str) -> Callable[..., Any]:
+    """``package.module:function`` (or a file path ``path/to/file.py:function``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not attr:
+        raise ValueError(f"{spec!r} must look like module:function")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        spec_obj = importlib.util.spec_from_file_location(path.stem, path)
+        if spec_obj is None or spec_obj.loader is None:
+            raise ValueError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec_obj)
+        spec_obj.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)  # type: ignore[no-any-return]
+    except AttributeError as exc:
+        raise ValueError(f"{module_name} has no {attr!r}") from exc
+
+
+def _read_rows(path: str) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"task file {path} does not exist")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()  # type: ignore[no-any-return]
+    with p.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def normalize_task(row: dict[str, Any], index: int) -> dict[str, Any]:
+    """Give every task an ``id``; keep Agent-R1's columns (``prompt``, ``agent_name``,
+    ``reward_model`` with ``ground_truth``, ``env_kwargs``) as they are, and expose the ground truth
+    as ``answer`` when the row has none."""
+    task = dict(row)
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+    task["id"] = str(row.get("id", row.get("task_id", extra.get("index", index))))
+    reward_model = task.get("reward_model")
+    if "answer" not in task and isinstance(reward_model, dict) and "ground_truth" in reward_model:
+        task["answer"] = reward_model["ground_truth"]
+    return task
+
+
+def load_tasks(config: DataConfig, split: str) -> list[dict[str, Any]]:
+    files = config.train_files if split == "train" else config.val_files
+    if files:
+        rows = [row for f in files for row in _read_rows(f)]
+    elif config.generator:
+        size = config.train_size if split == "train" else config.val_size
+        seed = config.seed + (0 if split == "train" else 1_000_003)
+        rows = list(load_callable(config.generator)(split, size, seed))
+    else:
+        raise ValueError(f"no {split} tasks: set data.{split}_files or data.generator")
+    if not rows:
+        raise ValueError(f"the {split} task set is empty")
+    return [normalize_task(r, i) for i, r in enumerate(rows)]
+
+
+class TaskSampler:
+    """Epochs over the tasks in a seeded order; its position is part of a checkpoint."""
+
+    def __init__(self, tasks: list[dict[str, Any]], *, shuffle: bool, seed: int, position: int = 0) -> None:
+        self.tasks, self.shuffle, self.seed, self.position = tasks, shuffle, seed, position
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.tasks)))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
+
+    def take(self, k: int) -> list[dict[str, Any]]:
+        out = []
+        for _ in range(k):
+            epoch, offset = divmod(self.position, len(self.tasks))
+            out.append(self.tasks[self._order(epoch)[offset]])
+            self.position += 1
+        return out
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while True:
+            yield from self.take(1)
