@@ -31,3 +31,7 @@ def main(
     _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Show the version."),
 ) -> None:
     """agentr1: an OpenAI-compatible gateway that records exact step traces, and a trainer."""
+
+
+if __name__ == "__main__":
+    app()

@@ -36,7 +36,8 @@ class SessionExists(StoreError):
 
 
 class SessionNotRunning(StoreError):
-    """A write that needs a running session (a step, a finish) arrived after it ended."""
+    """Finishing a session that has already ended. (Steps may still be appended to an ended
+    session: a step the gateway answered just before the finish is data, not an error.)"""
 
 
 class StepConflict(StoreError):
