@@ -6,7 +6,9 @@
 
 Each request is a chat prompt of its own, sampled at temperature 1 with a seed, up to --tokens new
 tokens (it may stop earlier at <|im_end|>; only generated tokens count). Prints a markdown table:
-wall time, total tokens/s, per-request tokens/s, and the forward passes the engine ran.
+wall time, total tokens/s, per-request tokens/s, the forward passes the engine ran, the CPU
+seconds this process used and the machine's load average when the run began (on a shared
+machine, a load above the core count means the numbers are lower bounds).
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ async def measure(backend: LocalBackend, concurrency: int, tokens: int) -> dict[
         sampling = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=i)
         requests.append(GenerateRequest(prompt_ids=ids, sampling=sampling))
     before = dataclasses.replace(backend.stats)
-    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    cpu, started = time.process_time(), time.perf_counter()
     results = await asyncio.gather(*(backend.generate(r) for r in requests))
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     generated = sum(len(r.output_ids) for r in results)
     return {
         "wall_s": wall,
@@ -56,6 +59,8 @@ async def measure(backend: LocalBackend, concurrency: int, tokens: int) -> dict[
         "tokens_per_s": generated / wall,
         "per_request_tokens_per_s": generated / concurrency / wall,
         "forwards": backend.stats.forward_passes - before.forward_passes,
+        "cpu_s": cpu,
+        "load": load,
     }
 
 
@@ -78,14 +83,14 @@ async def main() -> None:
         f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}"
     )
     await measure(backend, 1, 4)  # warm-up
-    print("\n| concurrent | generated tokens | wall s | tokens/s total | tokens/s per request | forwards |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("\n| concurrent | tokens | wall s | tokens/s total | tokens/s per request | forwards | CPU s | load avg |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for concurrency in args.concurrency:
         runs = [await measure(backend, concurrency, args.tokens) for _ in range(args.repeat)]
         best = max(runs, key=lambda r: r["tokens_per_s"])
         print(
             f"| {concurrency} | {best['tokens']} | {best['wall_s']:.2f} | {best['tokens_per_s']:.1f} | "
-            f"{best['per_request_tokens_per_s']:.1f} | {best['forwards']} |"
+            f"{best['per_request_tokens_per_s']:.1f} | {best['forwards']} | {best['cpu_s']:.1f} | {best['load']:.1f} |"
         )
     await backend.close()
 

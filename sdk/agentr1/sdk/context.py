@@ -34,6 +34,7 @@ class ActiveSession:
     group_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     last_step: int | None = None  # the newest step index the gateway reported for this session
+    last_step_stale: bool = False  # a streamed answer came since: its step index is not in its headers
 
 
 def current_session() -> ActiveSession | None:

@@ -26,16 +26,24 @@ _installed = False
 _lock = threading.Lock()
 
 
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def _host(host: str) -> str:
+    host = host.lower().strip("[]")
+    return "127.0.0.1" if host in _LOOPBACK else host  # localhost, 127.0.0.1 and ::1 are one gateway
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme, (parts.hostname or "").lower(), port
+    return parts.scheme, _host(parts.hostname or ""), port
 
 
 def _targets_gateway(request: Any, session: ActiveSession) -> bool:
     url = request.url
     port = url.port or {"http": 80, "https": 443}.get(url.scheme)
-    return (url.scheme, url.host.lower(), port) == _origin(session.gateway_url)
+    return (url.scheme, _host(url.host), port) == _origin(session.gateway_url)
 
 
 def tag_request(request: Any) -> ActiveSession | None:
@@ -66,9 +74,14 @@ def _inject_trace_context(request: Any) -> None:
 def note_response(session: ActiveSession | None, response: Any) -> None:
     if session is None:
         return
+    if response.headers.get("x-agentr1-session") != session.id:
+        return
     steps = response.headers.get("x-agentr1-steps")
-    if steps and response.headers.get("x-agentr1-session") == session.id:
+    if steps:
         session.last_step = max(int(s) for s in steps.split(","))
+        session.last_step_stale = False
+    else:  # a stream: its headers go out before its step exists; reward(step="last") asks the gateway
+        session.last_step_stale = True
 
 
 def _patch(module: Any) -> None:

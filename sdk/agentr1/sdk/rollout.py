@@ -134,9 +134,23 @@ def _reward_call(value: float, name: str, step: int | str | None, source: str) -
     return reward_call(active, float(value), name, step if step is None else int(step), source)
 
 
+def _stale(step: int | str | None) -> ActiveSession | None:
+    """The current session when ``step="last"`` cannot be read from response headers (after a stream)."""
+    active = current_session()
+    return active if step == "last" and active is not None and active.last_step_stale else None
+
+
+def _learn_last_step(active: ActiveSession, trace: dict[str, Any]) -> None:
+    indices = [s["index"] for s in trace.get("steps") or []]
+    active.last_step = max(indices) if indices else active.last_step
+    active.last_step_stale = False
+
+
 def reward(value: float, *, name: str = "reward", step: int | str | None = None, source: str = "agent") -> None:
     """Report a reward for the current session: the whole session (``step=None``), one step by
     index, or ``step="last"`` for the newest step the gateway answered in this session."""
+    if (active := _stale(step)) is not None:
+        _learn_last_step(active, request("GET", f"/sessions/{active.id}", active))
     method, path, sess, body = _reward_call(value, name, step, source)
     request(method, path, sess, json=body)
 
@@ -144,6 +158,8 @@ def reward(value: float, *, name: str = "reward", step: int | str | None = None,
 async def areward(value: float, *, name: str = "reward", step: int | str | None = None,
                   source: str = "agent") -> None:
     """:func:`reward` for async code (does not block the event loop)."""
+    if (active := _stale(step)) is not None:
+        _learn_last_step(active, await arequest("GET", f"/sessions/{active.id}", active))
     method, path, sess, body = _reward_call(value, name, step, source)
     await arequest(method, path, sess, json=body)
 

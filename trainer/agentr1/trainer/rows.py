@@ -37,6 +37,8 @@ class TrainRow:
     advantages: list[float] = field(default_factory=list)  # filled by the advantage stage
     returns: list[float] = field(default_factory=list)  # filled by estimators with a critic
     anchor_keys: list[str] = field(default_factory=list)  # per segment: hash of the step's observation (GiGPO)
+    values: list[float] = field(default_factory=list)  # critic values, response-aligned (gae, steppo); set by caller
+    has_old_logprobs: bool = True  # False when a step of the row came without rollout logprobs (zeros stand in)
 
     @property
     def length(self) -> int:

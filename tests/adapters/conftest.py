@@ -1,0 +1,53 @@
+"""A real gateway for the adapter tests: uvicorn in-process, the instant backend with SmolLM2's real
+tokenizer and renderer, a real store. The scripted model is a perfect calculator agent: with tools
+offered it calls ``calculator`` on the question's expression (hermes format), once a tool result
+is in the prompt it answers with it, and without tools it echoes the last user message."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+
+def scripted_reply(text: str) -> str:
+    last_user = text.rsplit("<|im_start|>user\n", 1)[-1].split("<|im_end|>", 1)[0]
+    results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", last_user, re.S)
+    if results:
+        return f"The answer is {results[-1]}."
+    question = re.search(r"What is ([\d\s+\-*/().]+)\?", last_user)
+    if "<tools>" in text and question:
+        return ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>'
+                % question.group(1).strip())
+    return f"echo: {last_user}"
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory):
+    """(url, store) of a gateway shared by all adapter tests; the SDK is configured to use it."""
+    from agentr1.gateway.app import create_app
+    from agentr1.gateway.backends.instant import InstantBackend
+    from agentr1.gateway.models import ensure_smollm2
+    from agentr1.gateway.rendering import load_renderer
+    from agentr1.gateway.server import BackgroundServer
+    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.sdk import configure
+    from agentr1.store import TraceStore
+
+    renderer = load_renderer(ensure_smollm2())
+    db = tmp_path_factory.mktemp("adapters") / "adapters.db"
+    store = TraceStore.open(str(db))
+    backend = InstantBackend(renderer.tokenizer, lambda ids: scripted_reply(renderer.tokenizer.decode(ids)),
+                             model_name="policy")
+    app = create_app(GatewaySettings(db=str(db), accept_any_model=True), store=store, backend=backend,
+                     renderer=renderer)
+    with BackgroundServer(app) as url:
+        configure(url)
+        yield url, store
+    store.close()

@@ -1,0 +1,63 @@
+"""The advantage stage: rows in, ``TrainRow.advantages`` / ``TrainRow.returns`` filled, metrics out."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from agentr1.trainer.algorithms.config import AdvantageConfig
+from agentr1.trainer.algorithms.registry import get_adv_estimator
+from agentr1.trainer.algorithms.trajectories import TrajectoryBatch, gather_trajectories, scatter_advantages
+from agentr1.trainer.rows import TrainRow
+
+__all__ = ["compute_advantages"]
+
+
+def compute_advantages(rows: list[TrainRow], config: AdvantageConfig | None = None) -> dict[str, float]:
+    """Fill ``advantages`` and ``returns`` (response-aligned, 0 off action tokens) on every row, in place.
+
+    Dispatches through the registry by ``config.adv_estimator``; an unknown name fails listing the
+    valid ones. Raises if the inputs (rewards, values) or the outputs are not finite.
+    """
+    cfg = config or AdvantageConfig()
+    spec = get_adv_estimator(cfg.adv_estimator)
+    batch = gather_trajectories(rows, need_values=spec.needs_values)
+    _check_finite("token rewards", batch.token_level_rewards)
+    if batch.values is not None:
+        _check_finite("values", batch.values)
+    if batch.num_tokens == 0:
+        advantages = returns = torch.zeros_like(batch.token_level_rewards)
+    else:
+        advantages, returns = spec.fn(batch, cfg)
+        mask = batch.response_mask
+        advantages, returns = advantages.double() * mask, returns.double() * mask
+        _check_finite(f"advantages from {spec.name!r}", advantages)
+        _check_finite(f"returns from {spec.name!r}", returns)
+    scatter_advantages(rows, batch, advantages, returns)
+    return _metrics(batch, advantages)
+
+
+def _check_finite(what: str, x: torch.Tensor) -> None:
+    if not bool(torch.isfinite(x).all()):
+        raise FloatingPointError(f"{what} contain NaN or inf")
+
+
+def _metrics(batch: TrajectoryBatch, advantages: torch.Tensor) -> dict[str, float]:
+    returns = batch.token_level_rewards.sum(dim=-1).tolist()
+    groups: dict[object, list[float]] = defaultdict(list)
+    for group, value in zip(batch.index.tolist(), returns, strict=True):
+        groups[group].append(value)
+    mask = batch.response_mask > 0
+    chosen = advantages[mask]
+    return {
+        "adv/trajectories": float(len(returns)),
+        "adv/steps": float(batch.num_steps),
+        "adv/tokens": float(batch.num_tokens),
+        "adv/groups": float(len(groups)),
+        "adv/singleton_groups": float(sum(len(v) == 1 for v in groups.values())),
+        "adv/zero_variance_groups": float(sum(len(v) > 1 and max(v) == min(v) for v in groups.values())),
+        "adv/mean": float(chosen.mean()) if chosen.numel() else 0.0,
+        "adv/abs_max": float(chosen.abs().max()) if chosen.numel() else 0.0,
+        "reward/trajectory_mean": sum(returns) / len(returns) if returns else 0.0,
+    }

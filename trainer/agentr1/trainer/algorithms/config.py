@@ -1,0 +1,24 @@
+"""Typed configuration of the advantage stage (verl's names where verl has them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["AdvantageConfig"]
+
+
+@dataclass(slots=True)
+class AdvantageConfig:
+    adv_estimator: str = "grpo"  # verl: algorithm.adv_estimator
+    gamma: float = 1.0  # verl: algorithm.gamma (token-level for gae / reinforce_plus_plus, step-level for ours)
+    lam: float = 1.0  # verl: algorithm.lam
+    norm_adv_by_std_in_grpo: bool = True  # verl: algorithm.norm_adv_by_std_in_grpo (grpo and both GiGPO levels)
+    epsilon: float = 1e-6  # added to group std before dividing
+    step_advantage_w: float = 1.0  # GiGPO: weight of the step-level (anchor group) advantage
+    steppo_norm_adv: bool = True  # StepPO: whiten step advantages over the steps of the batch
+
+    def algo_config(self):  # noqa: ANN201 - verl.trainer.config.AlgoConfig, imported lazily
+        from verl.trainer.config import AlgoConfig
+
+        return AlgoConfig(gamma=self.gamma, lam=self.lam, adv_estimator=self.adv_estimator,
+                          norm_adv_by_std_in_grpo=self.norm_adv_by_std_in_grpo)

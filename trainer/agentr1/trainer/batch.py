@@ -1,0 +1,313 @@
+"""Batch builder: stored sessions and steps -> :class:`TrainRow` s, from the exact stored token ids.
+
+Nothing here tokenizes: prompts, actions and feedback are the ids the gateway stored.
+
+Layouts (``BatchConfig.layout``):
+
+- ``per_step`` (the Agent-R1 layout): one row per step, prompt = ``observation_ids``,
+  response = ``action_ids``.
+- ``merged`` (prefix merging): consecutive steps of a trajectory share one row while each later
+  step's ``observation_ids`` start with the row's whole sequence so far (prompt + response); the
+  tokens between (tool results, the next user turn, chat-template glue) are feedback tokens with
+  mask 0. A step starts a new row when its observation does not extend the row (a context policy
+  rewrote or trimmed the history), when it is flagged ``drift``, when it is a branch (its
+  ``parent_index`` is set and is not the step just before it), when the previous step's action was
+  truncated.
+
+Steps that are not trainable (e.g. a teacher behind litellm), have no action ids, or whose
+logprobs do not match their action are skipped (counted). Their rewards are not lost: a skipped
+step is treated as part of the environment, so its reward moves to the closest earlier kept step
+of the session (the first later one if there is none), keeping the trajectory return intact.
+
+Length (``max_length``, prompt + response): a merged row is exactly as long as its last step
+alone (observation + action), so the limit applies per step, in both layouts. A step longer
+than it is handled by ``truncation``: ``"split"`` keeps the
+first tokens of the action that fit (its reward moves to the last kept token; if the observation
+alone does not fit, the step is dropped), ``"drop"`` drops the step, ``"error"`` raises
+:class:`RowTooLongError`. Every case is counted in ``Batch.metrics``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentr1.store.records import SessionRecord, StepRecord
+from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
+from agentr1.trainer.rows import Segment, TrainRow
+
+__all__ = [
+    "AnchorFn",
+    "Batch",
+    "BatchConfig",
+    "RowTooLongError",
+    "build_rows",
+    "metadata_anchor",
+    "observation_anchor",
+    "text_anchor",
+]
+
+Layout = Literal["per_step", "merged"]
+Truncation = Literal["split", "drop", "error"]
+AnchorFn = Callable[[SessionRecord, StepRecord], "str | None"]
+
+
+class RowTooLongError(ValueError):
+    """A step does not fit in ``max_length`` and ``truncation="error"``."""
+
+
+def observation_anchor(observation_ids: Sequence[int]) -> str:
+    """GiGPO anchor key of a step: a hash of its exact observation ids."""
+    return "ids:" + hashlib.sha1(array("i", observation_ids).tobytes()).hexdigest()[:20]
+
+
+def text_anchor(text: str) -> str:
+    """GiGPO anchor key from an environment's observation text, whitespace-normalised."""
+    return "text:" + hashlib.sha1(" ".join(text.split()).encode()).hexdigest()[:20]
+
+
+def metadata_anchor(session: SessionRecord, step: StepRecord) -> str | None:
+    """Anchor from ``session.metadata["anchors"][step index]`` (text the environment recorded), if any."""
+    anchors = session.metadata.get("anchors") or {}
+    text = anchors.get(str(step.index), anchors.get(step.index)) if isinstance(anchors, Mapping) else None
+    return text_anchor(text) if isinstance(text, str) else None
+
+
+@dataclass(slots=True)
+class BatchConfig:
+    layout: Layout = "per_step"
+    max_length: int | None = None  # prompt + response tokens of one row
+    truncation: Truncation = "split"
+    skip_statuses: tuple[str, ...] = ("running",)  # sessions still being collected are not trained on
+    anchor_fn: AnchorFn | None = None  # GiGPO anchors; None (or a None result) = hash of observation ids
+    reward_config: RewardConfig | None = None  # used when build_rows is given no rewards
+
+    def __post_init__(self) -> None:
+        if self.layout not in ("per_step", "merged"):
+            raise ValueError(f"layout must be 'per_step' or 'merged', got {self.layout!r}")
+        if self.truncation not in ("split", "drop", "error"):
+            raise ValueError(f"truncation must be 'split', 'drop' or 'error', got {self.truncation!r}")
+        if self.max_length is not None and self.max_length < 2:
+            raise ValueError(f"max_length must be at least 2, got {self.max_length}")
+
+
+@dataclass(slots=True)
+class Batch:
+    rows: list[TrainRow]
+    metrics: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.length for r in self.rows)
+
+
+@dataclass(slots=True)
+class _Step:
+    """A step that made it into the batch, with its (possibly truncated) action."""
+
+    record: StepRecord
+    action: list[int]
+    logprobs: list[float]
+    has_logprobs: bool
+    truncated: bool
+    anchor: str
+    reward: float = 0.0
+
+    @property
+    def observation(self) -> list[int]:
+        return self.record.observation_ids
+
+
+def build_rows(
+    sessions: Iterable[SessionRecord],
+    config: BatchConfig | None = None,
+    *,
+    rewards: Mapping[str, SessionRewards] | None = None,
+) -> Batch:
+    """Turn sessions (with their steps) into training rows.
+
+    ``rewards`` are the per-step rewards from :func:`agentr1.trainer.rewards.assemble_rewards`;
+    without them each session's rewards are assembled with ``config.reward_config`` (the session
+    outcome on the last trainable step plus the stored step rewards).
+    """
+    cfg = config or BatchConfig()
+    metrics: Counter[str] = Counter()
+    rows: list[TrainRow] = []
+    for session in sessions:
+        metrics["sessions_in"] += 1
+        if session.status in cfg.skip_statuses:
+            metrics["sessions_skipped_status"] += 1
+            continue
+        if rewards is None:
+            session_rewards = assemble_session_rewards(session, None, cfg.reward_config)
+        elif session.id in rewards:
+            session_rewards = rewards[session.id]
+        else:
+            raise KeyError(f"no rewards given for session {session.id}")
+        built = _session_rows(session, session_rewards, cfg, metrics)
+        if not built:
+            metrics["sessions_without_rows"] += 1
+        rows.extend(built)
+    metrics["rows"] = len(rows)
+    metrics["tokens"] = sum(r.length for r in rows)
+    metrics["action_tokens"] = sum(sum(r.response_mask) for r in rows)
+    return Batch(rows, dict(metrics))
+
+
+def _session_rows(session: SessionRecord, rewards: SessionRewards, cfg: BatchConfig,
+                  metrics: Counter[str]) -> list[TrainRow]:
+    ordered = sorted(session.steps, key=lambda s: s.index)
+    prepared = [(s, _prepare(session, s, cfg, metrics)) for s in ordered]
+    metrics["steps_in"] += len(ordered)
+    kept = [st for _, st in prepared if st is not None]
+    metrics["steps_used"] += len(kept)
+    _place_rewards(prepared, kept, rewards, metrics)
+    if not kept:
+        return []
+    previous = {s.index: ordered[i - 1].index if i else None for i, s in enumerate(ordered)}
+    groups = [[st] for st in kept] if cfg.layout == "per_step" else _merge(kept, previous, metrics)
+    return [_row(session, group, rewards) for group in groups]
+
+
+def _prepare(session: SessionRecord, step: StepRecord, cfg: BatchConfig, metrics: Counter[str]) -> _Step | None:
+    if not step.trainable:
+        metrics["steps_skipped_untrainable"] += 1
+        return None
+    if not step.action_ids:
+        metrics["steps_skipped_empty_action"] += 1
+        return None
+    action = list(step.action_ids)
+    if step.action_logprobs is None:
+        metrics["steps_without_logprobs"] += 1
+        logprobs, has_logprobs = [0.0] * len(action), False
+    else:
+        logprobs, has_logprobs = [float(x) for x in step.action_logprobs], True
+        if len(logprobs) != len(action) or not all(math.isfinite(x) for x in logprobs):
+            metrics["steps_skipped_bad_logprobs"] += 1
+            return None
+    truncated = False
+    if cfg.max_length is not None:
+        room = cfg.max_length - len(step.observation_ids)
+        if room < len(action):
+            if cfg.truncation == "error":
+                raise RowTooLongError(
+                    f"step {step.index} of session {session.id} has {len(step.observation_ids)} observation + "
+                    f"{len(action)} action tokens, more than max_length={cfg.max_length}")
+            if cfg.truncation == "drop" or room <= 0:
+                metrics["steps_dropped_too_long"] += 1
+                return None
+            metrics["steps_action_truncated"] += 1
+            metrics["tokens_truncated"] += len(action) - room
+            action, logprobs, truncated = action[:room], logprobs[:room], True
+    anchor = (cfg.anchor_fn(session, step) if cfg.anchor_fn else None) or observation_anchor(step.observation_ids)
+    return _Step(step, action, logprobs, has_logprobs, truncated, anchor)
+
+
+def _place_rewards(prepared: list[tuple[StepRecord, _Step | None]], kept: list[_Step],
+                   rewards: SessionRewards, metrics: Counter[str]) -> None:
+    """Each kept step gets its own reward; a skipped step's reward goes to the closest earlier kept step."""
+    for position, (step, st) in enumerate(prepared):
+        value = rewards.steps.get(step.index, 0.0)
+        if st is not None:
+            st.reward += value
+            continue
+        if value == 0.0:
+            continue
+        earlier = [s for _, s in prepared[:position] if s is not None]
+        later = [s for _, s in prepared[position + 1:] if s is not None]
+        target = earlier[-1] if earlier else (later[0] if later else None)
+        if target is None:
+            metrics["rewards_lost"] += 1
+        else:
+            target.reward += value
+            metrics["rewards_relocated"] += 1
+
+
+def _merge(kept: list[_Step], previous: dict[int, int | None], metrics: Counter[str]) -> list[list[_Step]]:
+    groups: list[list[_Step]] = []
+    current: list[_Step] = []
+    full: list[int] = []  # prompt + response of the open row
+    for st in kept:
+        reason = _break_reason(current, full, st, previous) if current else "first"
+        if reason is None:
+            current.append(st)
+            full.extend(st.observation[len(full):])
+            full.extend(st.action)
+            continue
+        if current:
+            metrics[f"new_row_{reason}"] += 1
+            groups.append(current)
+        current = [st]
+        full = [*st.observation, *st.action]
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _break_reason(current: list[_Step], full: list[int], st: _Step, previous: dict[int, int | None]) -> str | None:
+    """Why ``st`` cannot extend the open row (None if it can)."""
+    record = st.record
+    if record.drift:
+        return "drift"
+    if record.parent_index is not None and record.parent_index != previous[record.index]:
+        return "branch"
+    if current[-1].truncated:
+        return "truncated"
+    obs = st.observation
+    if len(obs) < len(full) or obs[: len(full)] != full:
+        return "context_rewrite"
+    return None
+
+
+def _row(session: SessionRecord, steps: list[_Step], rewards: SessionRewards) -> TrainRow:
+    prompt = list(steps[0].observation)
+    response: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    token_rewards: list[float] = []
+    segments: list[Segment] = []
+    for st in steps:
+        feedback = st.observation[len(prompt) + len(response):]
+        response += feedback
+        mask += [0] * len(feedback)
+        logprobs += [0.0] * len(feedback)
+        token_rewards += [0.0] * len(feedback)
+        start = len(response)
+        response += st.action
+        mask += [1] * len(st.action)
+        logprobs += st.logprobs
+        token_rewards += [0.0] * (len(st.action) - 1) + [st.reward]
+        segments.append(Segment(st.record.index, start, len(response)))
+    return TrainRow(
+        prompt_ids=prompt,
+        response_ids=response,
+        response_mask=mask,
+        old_logprobs=logprobs,
+        token_rewards=token_rewards,
+        segments=segments,
+        session_id=session.id,
+        group_id=_group_of(session),
+        task_id=session.task_id,
+        policy_version=min(st.record.policy_version for st in steps),
+        outcome_reward=rewards.outcome,
+        anchor_keys=[st.anchor for st in steps],
+        has_old_logprobs=all(st.has_logprobs for st in steps),
+    )
+
+
+def _group_of(session: SessionRecord) -> str:
+    """The task group for group baselines: group id, else task id, else the session alone."""
+    return session.group_id or (f"task:{session.task_id}" if session.task_id else f"session:{session.id}")
+
+
+def describe(row: TrainRow) -> dict[str, Any]:
+    """A compact view of a row for logs and debugging."""
+    return {
+        "session": row.session_id, "steps": [s.step_index for s in row.segments], "prompt": len(row.prompt_ids),
+        "response": len(row.response_ids), "action": sum(row.response_mask), "version": row.policy_version,
+    }

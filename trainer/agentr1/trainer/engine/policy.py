@@ -1,0 +1,344 @@
+"""The in-process policy-update engine: verl's FSDP engine and losses on one CPU or one GPU.
+
+:class:`LocalPolicyEngine` owns the policy (actor), optionally a frozen reference model (KL in
+the loss) and a critic (value model, for GAE-style estimators). One :meth:`~LocalPolicyEngine.update`
+is one PPO step in verl's dataflow:
+
+1. rows -> verl's padded layout (``rollout_log_probs`` = the serving engine's log-probs);
+2. ``old_log_probs``: recomputed by the actor before the update (or the rollout log-probs in
+   ``bypass_mode``); verl's rollout correction turns the two into ``rollout_is_weights`` and
+   rejects tokens (``algorithm.rollout_correction.rollout_is`` / ``rollout_rs``);
+3. ``ref_log_prob`` from the reference model when ``use_kl_loss``;
+4. ``ppo_epochs`` x mini-batches of ``engine.train_batch(td, partial(ppo_loss, actor_config))``;
+   verl splits each mini-batch into micro-batches and takes one optimizer step per mini-batch.
+
+Weights reach the serving side without touching disk (:meth:`~LocalPolicyEngine.sync_to` a
+:class:`~agentr1.gateway.backends.local.LocalBackend`) or as a servable HF directory
+(:meth:`~LocalPolicyEngine.save`); :meth:`~LocalPolicyEngine.save_checkpoint` /
+:meth:`~LocalPolicyEngine.load_checkpoint` keep optimizer state through verl's checkpoint manager.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..rows import TrainRow
+from ._platform import prepare_verl
+from .batch import PaddedBatch, pad_rows, split_rows
+from .config import PolicyEngineConfig
+from .export import save_hf_directory
+from .verl_model import VerlModel
+
+if TYPE_CHECKING:
+    from agentr1.gateway.backends.local import LocalBackend
+
+__all__ = ["LocalPolicyEngine"]
+
+log = logging.getLogger(__name__)
+
+
+def _actor_loss_config(config: PolicyEngineConfig) -> Any:
+    """verl's ``FSDPActorConfig``: what ``ppo_loss`` and the policy-loss functions read."""
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+    return FSDPActorConfig(
+        strategy="fsdp2",
+        rollout_n=1,
+        use_dynamic_bsz=config.ppo_micro_batch_size_per_gpu is None,
+        ppo_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,
+        ppo_max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
+        ppo_epochs=config.ppo_epochs,
+        clip_ratio=config.clip_ratio,
+        clip_ratio_low=config.clip_ratio if config.clip_ratio_low is None else config.clip_ratio_low,
+        clip_ratio_high=config.clip_ratio if config.clip_ratio_high is None else config.clip_ratio_high,
+        clip_ratio_c=config.clip_ratio_c,
+        policy_loss=PolicyLossConfig(loss_mode=config.loss_mode, **config.policy_loss),
+        loss_agg_mode=config.loss_agg_mode,
+        loss_scale_factor=config.loss_scale_factor,
+        entropy_coeff=config.entropy_coeff,
+        use_kl_loss=config.use_kl_loss,
+        kl_loss_coef=config.kl_loss_coef,
+        kl_loss_type=config.kl_loss_type,
+        tau_pos=config.tau_pos,
+        tau_neg=config.tau_neg,
+        use_torch_compile=False,
+    )
+
+
+def _critic_loss_config(config: PolicyEngineConfig) -> Any:
+    from verl.workers.config import FSDPCriticConfig
+
+    return FSDPCriticConfig(
+        strategy="fsdp2",
+        use_dynamic_bsz=config.ppo_micro_batch_size_per_gpu is None,
+        ppo_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,
+        cliprange_value=config.cliprange_value,
+        loss_agg_mode=config.critic_loss_agg_mode,
+        loss_scale_factor=config.loss_scale_factor,
+    )
+
+
+def _mean_metrics(steps: list[dict[str, float]], prefix: str) -> dict[str, float]:
+    """Mean over optimizer steps (as verl's ``reduce_metrics``), names under ``prefix``."""
+    keys = {k for m in steps for k in m}
+    out: dict[str, float] = {}
+    for key in sorted(keys):
+        name = key if key.startswith(prefix) else f"{prefix}{key.split('/', 1)[-1]}"
+        out[name] = float(np.mean([m[key] for m in steps if key in m]))
+    return out
+
+
+class LocalPolicyEngine:
+    """Policy updates through verl in this process (see the module docstring).
+
+    ``model_path``: a HF model directory (config, tokenizer, safetensors). ``config`` and keyword
+    overrides: :class:`PolicyEngineConfig` fields, e.g. ``LocalPolicyEngine(path, lr=1e-5,
+    loss_mode="gspo", use_kl_loss=True)``."""
+
+    def __init__(
+        self, model_path: str | os.PathLike[str], config: PolicyEngineConfig | None = None, **overrides: Any
+    ) -> None:
+        config = config or PolicyEngineConfig()
+        if overrides:
+            config = PolicyEngineConfig.from_dict({**config.__dict__, **overrides})
+        self.device = prepare_verl(config.device)
+        config.validate()
+        self.config = config
+        self.model_path = Path(model_path)
+        started = time.perf_counter()
+        self.actor = VerlModel(self.model_path, role="actor", config=config, device=self.device)
+        self.ref = VerlModel(self.model_path, role="ref", config=config, device=self.device) if config.use_kl_loss else None
+        critic_path = Path(config.critic_model_path) if config.critic_model_path else self.model_path
+        self.critic = VerlModel(critic_path, role="critic", config=config, device=self.device) if config.critic else None
+        self.actor_config = _actor_loss_config(config)
+        self.critic_config = _critic_loss_config(config) if config.critic else None
+        self.version = 0  # optimizer steps taken by update() calls
+        self.critic_version = 0
+        self._generator = torch.Generator().manual_seed(config.data_loader_seed)
+        log.info("policy engine on %s ready in %.1f s", self.device, time.perf_counter() - started)
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.actor.pad_token_id
+
+    # -- log-probs, values ----------------------------------------------------------------
+
+    def _pad(self, rows: Sequence[TrainRow], **need: bool) -> PaddedBatch:
+        return pad_rows(rows, pad_id=self.pad_token_id, **need)
+
+    def compute_logprobs(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> list[list[float]]:
+        """The current policy's log-probs of each row's response tokens (0.0 where the mask is 0)."""
+        batch = self._pad(rows)
+        log_probs = self.actor.infer(batch, temperature=temperature)["log_probs"]
+        return batch.unpad(log_probs * batch.response_mask)
+
+    def compute_ref_logprobs(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> list[list[float]]:
+        """The frozen reference model's log-probs (needs ``use_kl_loss``)."""
+        batch = self._pad(rows)
+        return batch.unpad(self._require(self.ref, "use_kl_loss").infer(batch, temperature=temperature)["log_probs"] * batch.response_mask)
+
+    def kl_to_reference(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> float:
+        """verl's ``kl_penalty`` (``kl_loss_type``) between policy and reference, token-mean on the mask."""
+        from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+        batch = self._pad(rows)
+        ref = self._require(self.ref, "use_kl_loss").infer(batch, temperature=temperature)["log_probs"]
+        cur = self.actor.infer(batch, temperature=temperature)["log_probs"]
+        if not batch.response_mask.any():
+            return 0.0
+        kl = kl_penalty(logprob=cur, ref_logprob=ref, kl_penalty=self.config.kl_loss_type)
+        return float(agg_loss(loss_mat=kl, loss_mask=batch.response_mask.bool(), loss_agg_mode="token-mean"))
+
+    def compute_values(self, rows: Sequence[TrainRow]) -> list[list[float]]:
+        """The critic's value of the state before each response token (needs ``critic=True``)."""
+        batch = self._pad(rows)
+        return batch.unpad(self._require(self.critic, "critic").infer(batch)["values"])
+
+    # -- updates --------------------------------------------------------------------------
+
+    def update(
+        self,
+        rows: Sequence[TrainRow],
+        *,
+        temperature: float = 1.0,
+        old_log_probs: Sequence[Sequence[float]] | None = None,
+    ) -> dict[str, float]:
+        """One PPO step of the policy on ``rows`` (advantages filled in); returns verl-named metrics.
+
+        ``old_log_probs``: the behaviour policy's log-probs per row, when the caller computed them
+        (e.g. :meth:`compute_logprobs` before an earlier update); by default the actor recomputes
+        them now (or takes the rows' rollout log-probs in ``bypass_mode``)."""
+        from verl.workers.utils.losses import ppo_loss
+
+        cfg = self.config
+        started = time.perf_counter()
+        batch = self._pad(rows, need_advantages=True)
+        metrics: dict[str, float] = {}
+        mask = batch.response_mask
+        if old_log_probs is not None:
+            old = self._pad_like(batch, old_log_probs)
+        elif cfg.bypass_mode:
+            old = batch.extra["rollout_log_probs"].clone()
+        else:
+            out = self.actor.infer(batch, temperature=temperature, entropy=cfg.calculate_entropy)
+            old = out["log_probs"]
+            if "entropy" in out and mask.any():
+                metrics["actor/entropy"] = self._agg(out["entropy"], mask)
+        batch.extra["old_log_probs"] = old
+        keys = ["old_log_probs", "advantages"]
+        if not cfg.bypass_mode and mask.any():
+            metrics.update(self._rollout_correction(batch))
+            if "rollout_is_weights" in batch.extra:
+                keys.append("rollout_is_weights")
+        if cfg.use_kl_loss:
+            ref = self._require(self.ref, "use_kl_loss")
+            batch.extra["ref_log_prob"] = ref.infer(batch, temperature=temperature)["log_probs"]
+            keys.append("ref_log_prob")
+
+        loss_fn = partial(ppo_loss, self.actor_config)
+        steps, skipped = self._run_epochs(
+            self.actor, batch, loss_fn, keys, temperature=temperature, calculate_entropy=cfg.entropy_coeff != 0
+        )
+        if steps:
+            metrics["actor/lr"] = self.actor.lr
+            self.actor.lr_step()
+            self.version += 1
+        metrics.update(_mean_metrics(steps, "actor/"))
+        elapsed = time.perf_counter() - started
+        metrics.update(self._perf(batch, len(steps), skipped, elapsed, "actor/"))
+        return metrics
+
+    def update_critic(self, rows: Sequence[TrainRow]) -> dict[str, float]:
+        """Fit the critic to the rows' ``returns`` with verl's clipped ``value_loss``."""
+        from verl.workers.utils.losses import value_loss
+
+        critic = self._require(self.critic, "critic")
+        started = time.perf_counter()
+        batch = self._pad(rows, need_returns=True)
+        batch.extra["values"] = critic.infer(batch)["values"]
+        loss_fn = partial(value_loss, self.critic_config)
+        steps, skipped = self._run_epochs(critic, batch, loss_fn, ["values", "returns"], temperature=1.0)
+        metrics: dict[str, float] = {}
+        if steps:
+            metrics["critic/lr"] = critic.lr
+            critic.lr_step()
+            self.critic_version += 1
+        metrics.update(_mean_metrics(steps, "critic/"))
+        metrics.update(self._perf(batch, len(steps), skipped, time.perf_counter() - started, "critic/"))
+        return metrics
+
+    def _run_epochs(
+        self, model: VerlModel, batch: PaddedBatch, loss_fn: Any, keys: list[str], **non_tensor: Any
+    ) -> tuple[list[dict[str, float]], int]:
+        cfg = self.config
+        steps: list[dict[str, float]] = []
+        skipped = 0
+        for _ in range(cfg.ppo_epochs):
+            for index in split_rows(len(batch), cfg.ppo_mini_batch_size, shuffle=cfg.shuffle, generator=self._generator):
+                mini = batch.select(index)
+                if mini.num_action_tokens == 0:  # nothing to learn; verl's token-mean would divide by 0
+                    skipped += 1
+                    continue
+                steps.append(model.train(mini, loss_fn, keys=keys, **non_tensor))
+        return steps, skipped
+
+    def _rollout_correction(self, batch: PaddedBatch) -> dict[str, float]:
+        """verl's rollout correction between recomputed and rollout log-probs (IS weights, rejection)."""
+        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+        cfg = self.config
+        weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
+            old_log_prob=batch.extra["old_log_probs"],
+            rollout_log_prob=batch.extra["rollout_log_probs"],
+            response_mask=batch.response_mask,
+            rollout_is=cfg.rollout_is,
+            rollout_is_threshold=cfg.rollout_is_threshold,
+            rollout_is_batch_normalize=cfg.rollout_is_batch_normalize,
+            rollout_rs=cfg.rollout_rs,
+            rollout_rs_threshold=cfg.rollout_rs_threshold,
+        )
+        batch.response_mask = mask.to(batch.response_mask.dtype)
+        if weights is not None:
+            batch.extra["rollout_is_weights"] = weights.batch["rollout_is_weights"].float()
+        return {k if k.startswith("rollout_corr/") else f"rollout_corr/{k}": float(v) for k, v in metrics.items()}
+
+    def _agg(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        from verl.trainer.ppo.core_algos import agg_loss
+
+        return float(agg_loss(loss_mat=values, loss_mask=mask.bool(), loss_agg_mode=self.config.loss_agg_mode))
+
+    def _perf(self, batch: PaddedBatch, steps: int, skipped: int, elapsed: float, prefix: str) -> dict[str, float]:
+        tokens = batch.num_tokens * self.config.ppo_epochs
+        return {
+            f"{prefix}optimizer_steps": float(steps),
+            f"{prefix}skipped_mini_batches": float(skipped),
+            f"{prefix}action_tokens": float(batch.num_action_tokens),
+            f"{prefix}rows": float(len(batch)),
+            "perf/update_s": elapsed,
+            "perf/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+        }
+
+    @staticmethod
+    def _pad_like(batch: PaddedBatch, values: Sequence[Sequence[float]]) -> torch.Tensor:
+        if len(values) != len(batch):
+            raise ValueError(f"{len(values)} old_log_probs rows for {len(batch)} rows")
+        out = torch.zeros_like(batch.response_mask)
+        for i, (row, n) in enumerate(zip(values, batch.response_lengths, strict=True)):
+            if len(row) != n:
+                raise ValueError(f"old_log_probs row {i} has {len(row)} entries, response {n}")
+            out[i, :n] = torch.tensor(list(row), dtype=torch.float32)
+        return out
+
+    @staticmethod
+    def _require(model: VerlModel | None, flag: str) -> VerlModel:
+        if model is None:
+            raise RuntimeError(f"this engine was built without {flag}=True")
+        return model
+
+    # -- weights out ----------------------------------------------------------------------
+
+    def state_dict_for_serving(self, *, copy: bool = True) -> dict[str, torch.Tensor]:
+        """Full policy weights under Hugging Face names (``copy=False`` may alias live parameters)."""
+        return {name: (t.clone() if copy else t) for name, t in self.actor.named_tensors()}
+
+    async def sync_to(self, backend: LocalBackend) -> int:
+        """Load the current policy into a running in-process ``LocalBackend``; returns its new
+        ``policy_version`` (the backend waits for requests in flight, so no response mixes versions)."""
+        return await backend.update_weights_from_tensors(self.state_dict_for_serving(copy=False))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """A servable HF directory: ``model.safetensors`` + the source's config and tokenizer."""
+        return save_hf_directory(self.actor.named_tensors(), self.model_path, path)
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Resumable state (weights, optimizer, lr schedule, rng) through verl's checkpoint manager."""
+        root = Path(path)
+        self.actor.save_checkpoint(root / "actor", self.version)
+        if self.critic is not None:
+            self.critic.save_checkpoint(root / "critic", self.critic_version)
+        state = {"version": self.version, "critic_version": self.critic_version, "config": _jsonable(self.config)}
+        (root / "engine_state.json").write_text(json.dumps(state, indent=2))
+        return root
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        root = Path(path)
+        state = json.loads((root / "engine_state.json").read_text())
+        self.actor.load_checkpoint(root / "actor")
+        if self.critic is not None and (root / "critic").is_dir():
+            self.critic.load_checkpoint(root / "critic")
+        self.version = int(state.get("version", 0))
+        self.critic_version = int(state.get("critic_version", 0))
+
+
+def _jsonable(config: PolicyEngineConfig) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()}
