@@ -56,7 +56,10 @@ def agent() -> None:
         if not message.tool_calls:
             break
         for call in message.tool_calls:
-            expression = str(json.loads(call.function.arguments or "{}").get("expression", ""))
+            try:
+                expression = str(json.loads(call.function.arguments).get("expression", ""))
+            except (json.JSONDecodeError, AttributeError):
+                expression = ""
             messages.append({"role": "tool", "tool_call_id": call.id, "content": calculator(expression)})
     numbers = re.findall(r"-?\d+", answer.replace(",", ""))
     print(f"answer: {answer}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import uuid
 from pathlib import Path
@@ -21,7 +22,7 @@ def exact_steps(store: Any, session_id: str, n_steps: int, *, tool_calls: int | 
     for step in steps:
         assert not step.drift, step.index
         assert step.action_ids and len(step.action_logprobs) == len(step.action_ids)
-    for prev, step in zip(steps, steps[1:], strict=False):
+    for prev, step in itertools.pairwise(steps):
         head = prev.observation_ids + prev.action_ids
         assert step.observation_ids[: len(head)] == head, f"step {step.index} does not extend step {prev.index}"
         assert step.parent_index == prev.index

@@ -5,6 +5,7 @@ is in the prompt it answers with it, and without tools it echoes the last user m
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -23,8 +24,8 @@ def scripted_reply(text: str) -> str:
         return f"The answer is {results[-1]}."
     question = re.search(r"What is ([\d\s+\-*/().]+)\?", last_user)
     if "<tools>" in text and question:
-        return ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>'
-                % question.group(1).strip())
+        arguments = json.dumps({"expression": question.group(1).strip()})
+        return f'<tool_call>\n{{"name": "calculator", "arguments": {arguments}}}\n</tool_call>'
     return f"echo: {last_user}"
 
 

@@ -33,5 +33,5 @@ def test_sdk_wheel_installs_and_imports_without_torch_or_sqlalchemy(tmp_path):
     assert {"agentr1", "httpx", "pydantic", "typer"} <= installed
     assert not installed & set(HEAVY), installed & set(HEAVY)
     check = ("import sys, agentr1.sdk, agentr1.sdk.propagation; from agentr1.sdk import rollout, session, reward, "
-             "run_command; heavy = [m for m in %r if m in sys.modules]; assert not heavy, heavy; print('ok')" % (HEAVY,))
+             f"run_command; heavy = [m for m in {HEAVY!r} if m in sys.modules]; assert not heavy, heavy; print('ok')")
     assert _run(python, "-c", check, cwd=tmp_path).strip() == "ok"  # cwd: not the source tree

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections.abc import Coroutine
 from typing import Any
 
@@ -35,8 +36,11 @@ def gather(backend: LocalBackend, requests: list[GenerateRequest]) -> list[Gener
     return run(together())
 
 
+DEVICE = os.environ.get("AGENTR1_TEST_DEVICE", "cpu")  # "cuda" runs the same suite on a GPU, in float32
+
+
 def started(path: Any, **kwargs: Any) -> LocalBackend:
-    backend = LocalBackend(path, device="cpu", **kwargs)
+    backend = LocalBackend(path, device=DEVICE, dtype="float32", **kwargs)
     run(backend.start())
     return backend
 
@@ -75,7 +79,7 @@ def gen(backend: LocalBackend, ids: list[int], **sampling: Any) -> GenerateResul
 def recompute_logprobs(model: Any, prompt_ids: list[int], result: GenerateResult, temperature: float) -> list[float]:
     """Plain full forward pass over prompt + output: log_softmax(logits / T) at each sampled token."""
     with torch.no_grad():
-        logits = model(torch.tensor([prompt_ids + result.output_ids])).logits[0].float()
+        logits = model(torch.tensor([prompt_ids + result.output_ids], device=model.device)).logits[0].float()
     scale = temperature if temperature > 0 else 1.0
     logp = torch.log_softmax(logits / scale, dim=-1)
     return [float(logp[len(prompt_ids) - 1 + i, t]) for i, t in enumerate(result.output_ids)]
@@ -355,7 +359,7 @@ def test_a_failing_forward_fails_only_its_batch(tiny_model_path):
 
 
 def test_not_started_and_closed(tiny_model_path):
-    b = LocalBackend(tiny_model_path, device="cpu")
+    b = LocalBackend(tiny_model_path, device=DEVICE)
     assert not run(b.ready())
     with pytest.raises(BackendUnavailable):  # not started
         gen(b, [1, 2, 3])

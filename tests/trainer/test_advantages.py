@@ -152,7 +152,8 @@ def test_reinforce_plus_plus_baseline_by_hand():
     rows = rows_of([trajectory("a", "g", [1.0]), trajectory("b", "g", [0.0])])
     compute_advantages(rows, AdvantageConfig("reinforce_plus_plus_baseline"))
     s3 = math.sqrt(3) / 2  # +-0.5 on four tokens, whitened with the unbiased std sqrt(1/3)
-    assert per_step(rows) == {("a", 0): pytest.approx([s3, s3], abs=1e-5), ("b", 0): pytest.approx([-s3, -s3], abs=1e-5)}
+    assert per_step(rows) == {("a", 0): pytest.approx([s3, s3], abs=1e-5),
+                              ("b", 0): pytest.approx([-s3, -s3], abs=1e-5)}
 
 
 @pytest.mark.parametrize("layout", ["per_step", "merged"])

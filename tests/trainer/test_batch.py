@@ -19,8 +19,8 @@ from agentr1.trainer.rows import Segment
 SYSTEM = [1, 2, 3, 4]
 
 
-def step(session: str, index: int, obs: list[int], action: list[int], *, parent: int | None | str = "auto",
-         logprobs: list[float] | None | str = "auto", **kw) -> StepRecord:
+def step(session: str, index: int, obs: list[int], action: list[int], *, parent: int | str | None = "auto",
+         logprobs: list[float] | str | None = "auto", **kw) -> StepRecord:
     if parent == "auto":
         parent = index - 1 if index else None
     if logprobs == "auto":

@@ -9,6 +9,7 @@ import typer
 
 from agentr1.cli.gateway import gateway
 from agentr1.cli.traces import app as traces_app
+from agentr1.cli.train import evaluate, train
 
 app = typer.Typer(
     name="agentr1",
@@ -18,6 +19,8 @@ app = typer.Typer(
 )
 app.add_typer(traces_app, name="traces")
 app.command(help="Serve the policy model behind an OpenAI-compatible, trace-recording endpoint.")(gateway)
+app.command(help="Train the policy on the agent's traces (rollout -> reward -> replay -> update).")(train)
+app.command("eval", help="Held-out success of a checkpoint.")(evaluate)
 
 
 def _print_version(value: bool) -> None:

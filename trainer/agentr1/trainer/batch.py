@@ -35,7 +35,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from agentr1.store.records import SessionRecord, StepRecord
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
@@ -304,10 +304,3 @@ def _group_of(session: SessionRecord) -> str:
     """The task group for group baselines: group id, else task id, else the session alone."""
     return session.group_id or (f"task:{session.task_id}" if session.task_id else f"session:{session.id}")
 
-
-def describe(row: TrainRow) -> dict[str, Any]:
-    """A compact view of a row for logs and debugging."""
-    return {
-        "session": row.session_id, "steps": [s.step_index for s in row.segments], "prompt": len(row.prompt_ids),
-        "response": len(row.response_ids), "action": sum(row.response_mask), "version": row.policy_version,
-    }

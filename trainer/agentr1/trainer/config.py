@@ -58,9 +58,12 @@ class StoreSelection(_Strict):
     created_before: str | None = None
 
 
-class RewardConfig(_Strict):
-    functions: list[str] = Field(default_factory=list)  # module:function(session, task) -> float | {step: float}
-    outcome_on: Literal["last_step", "all_steps"] = "last_step"
+class RewardSection(_Strict):
+    """Environment reward functions ``module:function(session, task) -> float | {step_index: float}``;
+    their results are stored as rewards (source "environment") next to those the agent reported."""
+
+    functions: list[str] = Field(default_factory=list)
+    outcome_placement: Literal["last", "spread"] = "last"  # the outcome on the last step, or spread over all
 
 
 class AlgorithmConfig(_Strict):
@@ -93,7 +96,8 @@ class ActorConfig(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     policy_loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
     ppo_mini_batch_size: int = 0  # rows per optimizer step; 0 = the whole batch
-    ppo_micro_batch_size_per_gpu: int = 4
+    ppo_micro_batch_size_per_gpu: int = 0  # rows per forward; 0 = batch by ppo_max_token_len_per_gpu
+    ppo_max_token_len_per_gpu: int = 8192
     ppo_epochs: int = 1
     clip_ratio: float = 0.2
     use_kl_loss: bool = False
@@ -124,13 +128,19 @@ class TrainerSection(_Strict):
 class JobConfig(_Strict):
     run_name: str = "agentr1"
     db: str = "sqlite:///out/train/traces.db"
-    agent: AgentConfig
+    agent: AgentConfig | None = None  # required unless `offline` selects stored sessions
     data: DataConfig = Field(default_factory=DataConfig)
-    reward: RewardConfig = Field(default_factory=RewardConfig)
+    reward: RewardSection = Field(default_factory=RewardSection)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     actor_rollout_ref: ActorRolloutRefConfig = Field(default_factory=ActorRolloutRefConfig)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     offline: StoreSelection | None = None  # set: train on stored sessions instead of rolling out
+
+    @model_validator(mode="after")
+    def _agent_or_offline(self) -> JobConfig:
+        if self.agent is None and self.offline is None:
+            raise ValueError("set `agent` (what to run per task) or `offline` (stored sessions to train on)")
+        return self
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> JobConfig:

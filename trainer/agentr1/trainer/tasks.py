@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import random
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ def load_callable(spec: str) -> Callable[..., Any]:
         module = importlib.util.module_from_spec(spec_obj)
         spec_obj.loader.exec_module(module)
     else:
+        if os.getcwd() not in sys.path:  # like uvicorn and pytest: modules of the project you run from
+            sys.path.insert(0, os.getcwd())
         module = importlib.import_module(module_name)
     try:
         return getattr(module, attr)  # type: ignore[no-any-return]

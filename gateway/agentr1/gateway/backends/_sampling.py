@@ -45,50 +45,62 @@ class Sampled:
 def sample_next(
     logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
 ) -> list[Sampled]:
-    """Sample one token per row of ``logits`` ([batch, vocab])."""
+    """Sample one token per row of ``logits`` ([batch, vocab]).
+
+    Sampled rows use the Gumbel-max trick: ``argmax(x + Gumbel noise)`` over the truncated scaled
+    logits ``x`` draws from ``softmax(x)``. Each row draws its noise from its own generator, and
+    nothing waits on the device until the chosen ids are read, once per step."""
     logits = logits.float()
+    batch, vocab = logits.shape
+    device = logits.device
     temperatures = [1.0 if is_greedy(p) else float(p.temperature) for p in params]
     if all(t == 1.0 for t in temperatures):
         scaled = logits
     else:
-        scaled = logits / torch.tensor(temperatures, dtype=logits.dtype, device=logits.device)[:, None]
+        scaled = logits / torch.tensor(temperatures, dtype=logits.dtype, device=device)[:, None]
     log_norm = torch.logsumexp(scaled, dim=-1)
-    greedy_ids = scaled.argmax(dim=-1)
-    token_ids: list[int] = []
-    for row, (p, generator) in enumerate(zip(params, generators, strict=True)):
-        if is_greedy(p):
-            token_ids.append(int(greedy_ids[row]))
-        else:
-            token_ids.append(_sample_row(scaled[row], p, generator))
-    chosen = torch.tensor(token_ids, device=logits.device)
+    chosen = scaled.argmax(dim=-1)
+    rows = [i for i, p in enumerate(params) if not is_greedy(p)]
+    if rows:
+        index = torch.tensor(rows, device=device)
+        x = scaled.index_select(0, index)
+        for j, i in enumerate(rows):
+            keep = _truncation(x[j], params[i])
+            if keep is not None:
+                x[j] = x[j].masked_fill(~keep, float("-inf"))
+        uniform = torch.stack([torch.rand(vocab, generator=generators[i], device=device) for i in rows])
+        gumbel = -torch.log(-torch.log(uniform.clamp_min(torch.finfo(uniform.dtype).tiny)))
+        noisy = torch.where(torch.isneginf(x), x, x + gumbel)
+        chosen = chosen.index_put((index,), noisy.argmax(dim=-1))
     logprobs = (scaled.gather(1, chosen[:, None]).squeeze(1) - log_norm).tolist()
-    out: list[Sampled] = []
-    for row, p in enumerate(params):
-        top = None
-        if p.top_logprobs > 0:
-            values, ids = scaled[row].topk(min(p.top_logprobs, scaled.shape[-1]))
-            top = [
-                TokenLogprob(int(i), float(v))
-                for i, v in zip(ids.tolist(), (values - log_norm[row]).tolist(), strict=True)
-            ]
-        out.append(Sampled(token_ids[row], float(logprobs[row]), top))
-    return out
+    token_ids = chosen.tolist()
+    tops: list[list[TokenLogprob] | None] = [None] * batch
+    wanted = [i for i, p in enumerate(params) if p.top_logprobs > 0]
+    if wanted:
+        index = torch.tensor(wanted, device=device)
+        k = min(max(params[i].top_logprobs for i in wanted), vocab)
+        values, ids = scaled.index_select(0, index).topk(k, dim=-1)
+        values = (values - log_norm.index_select(0, index)[:, None]).tolist()
+        ids = ids.tolist()
+        for j, i in enumerate(wanted):
+            n = params[i].top_logprobs
+            tops[i] = [TokenLogprob(int(t), float(v)) for t, v in zip(ids[j][:n], values[j][:n], strict=True)]
+    return [Sampled(int(token_ids[i]), float(logprobs[i]), tops[i]) for i in range(batch)]
 
 
-def _sample_row(scaled: torch.Tensor, p: SamplingParams, generator: torch.Generator | None) -> int:
+def _truncation(scaled: torch.Tensor, p: SamplingParams) -> torch.Tensor | None:
+    """The tokens top-k then top-p keep (a bool mask over the vocabulary), or None for all."""
     vocab = scaled.shape[-1]
     if 0 < p.top_k < vocab:
         values, ids = scaled.topk(p.top_k)  # sorted, largest first
     elif p.top_p < 1.0:
         values, ids = scaled.sort(descending=True)
     else:
-        probs = torch.softmax(scaled, dim=-1)
-        return int(torch.multinomial(probs, 1, generator=generator))
-    probs = torch.softmax(values, dim=-1)
+        return None
+    selected = torch.ones_like(values, dtype=torch.bool)
     if p.top_p < 1.0:
-        # keep the smallest prefix whose mass reaches top_p (at least one token)
-        before = probs.cumsum(-1) - probs
-        keep = max(1, int((before < p.top_p).sum()))
-        probs = probs[:keep]
-    choice = int(torch.multinomial(probs, 1, generator=generator))
-    return int(ids[choice])
+        # the smallest prefix whose mass reaches top_p (at least one token)
+        probs = torch.softmax(values, dim=-1)
+        selected = (probs.cumsum(-1) - probs) < p.top_p
+        selected[0] = True
+    return torch.zeros(vocab, dtype=torch.bool, device=scaled.device).scatter(0, ids, selected)

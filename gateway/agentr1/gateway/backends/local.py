@@ -113,6 +113,7 @@ class LocalBackend:
         max_context: int | None = None,
         max_queue: int = 4096,
         model_name: str | None = None,
+        policy_version: int = 0,
     ) -> None:
         from transformers import AutoConfig
 
@@ -131,7 +132,7 @@ class LocalBackend:
         self.model: Any = None
         self.tokenizer: Any = None
         self._engine: BatchEngine | None = None
-        self._policy_version = 0
+        self._policy_version = policy_version  # a resumed trainer serves its checkpoint's version
         self._cv = threading.Condition()
         self._queue: collections.deque[Row] = collections.deque()
         self._model_lock = threading.Lock()  # held by the worker for each step and by weight loads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["AdvantageConfig"]
 
@@ -17,7 +18,8 @@ class AdvantageConfig:
     step_advantage_w: float = 1.0  # GiGPO: weight of the step-level (anchor group) advantage
     steppo_norm_adv: bool = True  # StepPO: whiten step advantages over the steps of the batch
 
-    def algo_config(self):  # noqa: ANN201 - verl.trainer.config.AlgoConfig, imported lazily
+    def algo_config(self) -> Any:
+        """verl's ``AlgoConfig`` with these values (verl is imported lazily: it takes seconds)."""
         from verl.trainer.config import AlgoConfig
 
         return AlgoConfig(gamma=self.gamma, lam=self.lam, adv_estimator=self.adv_estimator,

@@ -78,7 +78,7 @@ def compute_gigpo_advantage(
         step_returns = discounted_step_returns(rewards, gamma)
 
         step_adv = torch.zeros_like(rewards)
-        members = [m for m in anchor_groups(index, anchor_index, exists).values() if len(m) > 1]
+        members = [m for m in anchor_groups(index.tolist(), anchor_index, exists).values() if len(m) > 1]
         if members:
             flat = [ts for m in members for ts in m]
             keys = np.array([k for k, m in enumerate(members) for _ in m], dtype=object)

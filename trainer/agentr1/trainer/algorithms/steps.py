@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["broadcast_steps", "step_first_positions", "step_sums", "valid_tokens"]
+__all__ = ["broadcast_steps", "num_steps", "step_first_positions", "step_sums", "valid_tokens"]
 
 
 def valid_tokens(response_mask: torch.Tensor, step_ids: torch.Tensor) -> torch.Tensor:
@@ -24,7 +24,8 @@ def step_sums(x: torch.Tensor, step_ids: torch.Tensor, valid: torch.Tensor, n_st
     return out
 
 
-def step_first_positions(step_ids: torch.Tensor, valid: torch.Tensor, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+def step_first_positions(step_ids: torch.Tensor, valid: torch.Tensor,
+                         n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, S) position of each step's first token, and (T, S) whether the step exists."""
     rows, width = step_ids.shape
     pos = torch.arange(width).expand(rows, width)

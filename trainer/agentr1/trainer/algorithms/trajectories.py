@@ -45,7 +45,7 @@ class TrajectoryBatch:
 
 def gather_trajectories(rows: list[TrainRow], *, need_values: bool = False) -> TrajectoryBatch:
     """Collect each session's action tokens from ``rows`` into one padded tensor row per trajectory."""
-    by_session: dict[str, list[tuple[int, int, int]]] = {}  # session -> (step index, start, row number, seg number)
+    by_session: dict[str, list[tuple[int, int, int, int]]] = {}  # session -> (step index, start, row, segment)
     group_of: dict[str, str] = {}
     for r, row in enumerate(rows):
         _check_row(row, need_values)

@@ -23,6 +23,9 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-tok
 @dataclass
 class PolicyEngineConfig:
     # -- optimizer: actor_rollout_ref.actor.optim.* -------------------------------------------
+    optimizer: str = "AdamW"  # a class in optimizer_impl
+    optimizer_impl: str = "torch.optim"
+    override_optimizer_config: dict[str, Any] | None = None  # extra constructor arguments (eps, ...)
     lr: float = 1e-6
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)

@@ -51,6 +51,27 @@ def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+_TOKENIZERS: dict[tuple[str, float], tuple[Any, Any]] = {}
+
+
+def _attach_tokenizer(model_config: Any) -> None:
+    """What ``HFModelConfig(load_tokenizer=True)`` does, with the tokenizer cached per directory:
+    loading it (and probing for a multimodal processor) is most of the cost of building a model."""
+    from verl.utils import hf_processor, hf_tokenizer
+    from verl.utils.model import update_model_config
+
+    path = Path(model_config.local_path)
+    files = [path / name for name in ("tokenizer.json", "tokenizer_config.json") if (path / name).is_file()]
+    key = (str(path.resolve()), max((f.stat().st_mtime for f in files), default=0.0))
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = (hf_tokenizer(str(path)), hf_processor(str(path)))
+    tokenizer, processor = _TOKENIZERS[key]
+    model_config.tokenizer, model_config.processor = tokenizer, processor
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    ids["pad_token_id"] = tokenizer.pad_token_id
+    update_model_config(model_config.hf_config, override_config_kwargs=ids)
+
+
 class VerlModel:
     """A policy (``actor``), frozen reference (``ref``) or value model (``critic``) on one device."""
 
@@ -74,7 +95,9 @@ class VerlModel:
             override_config={"attn_implementation": attn},
             use_remove_padding=remove_padding,
             enable_gradient_checkpointing=config.gradient_checkpointing and role != "ref",
+            load_tokenizer=False,  # loaded once per directory below (verl would load it per model)
         )
+        _attach_tokenizer(self.model_config)
         dynamic = config.ppo_micro_batch_size_per_gpu is None
         self.engine_config = FSDPEngineConfig(
             strategy="fsdp2",
@@ -93,6 +116,9 @@ class VerlModel:
         )
         critic = role == "critic"
         self.optimizer_config = FSDPOptimizerConfig(
+            optimizer=config.optimizer,
+            optimizer_impl=config.optimizer_impl,
+            override_optimizer_config=config.override_optimizer_config,
             lr=config.critic_lr if critic else config.lr,
             weight_decay=config.weight_decay,
             betas=tuple(config.betas),

@@ -1,4 +1,4 @@
-"""Shared model fixtures for the gateway tests: real models, built or converted locally, offline."""
+"""Model fixtures shared by every test folder: real models, built or converted locally, offline."""
 
 from __future__ import annotations
 

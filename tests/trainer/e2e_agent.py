@@ -1,0 +1,26 @@
+"""A real agent and a reward for the end-to-end training tests (imported by `module:function`)."""
+
+from __future__ import annotations
+
+from agentr1.sdk import openai_client
+
+
+def make_tasks(split: str, n: int, seed: int) -> list[dict]:
+    return [{"id": f"{split}-{seed}-{i}", "question": f"Say something about the number {i}."} for i in range(n)]
+
+
+def solve(task: dict) -> str:
+    """Two model calls: a question, then a follow-up on the model's own answer."""
+    client = openai_client()
+    messages = [{"role": "user", "content": task["question"]}]
+    reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=8, temperature=1.0)
+    messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "And then?"}]
+    final = client.chat.completions.create(model="policy", messages=messages, max_tokens=8, temperature=1.0)
+    return final.choices[0].message.content or ""
+
+
+def token_reward(session, task) -> float:
+    """Varies across samples of one task (so group advantages are not all zero): the share of the
+    final action's tokens whose id is even."""
+    ids = session.steps[-1].action_ids if session.steps else []
+    return sum(i % 2 == 0 for i in ids) / max(1, len(ids))

@@ -1,0 +1,49 @@
+"""Checkpoints: `<out>/checkpoints/step_<k>/` holds a servable HF directory (`hf/`), the engine's
+resumable state (`engine/`: weights, optimizer, schedule) and the trainer's state (`trainer_state.json`:
+step, task position, run id, policy version). A checkpoint directory appears only when complete
+(written under a temporary name, then renamed), so an interrupted save never looks resumable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class TrainerState:
+    run_id: str
+    step: int = 0
+    sampler_position: int = 0
+    policy_version: int = 0
+    offline_cursor: int = 0  # groups of the offline selection already trained on
+
+    @classmethod
+    def load(cls, checkpoint: Path) -> TrainerState:
+        return cls(**json.loads((checkpoint / STATE_FILE).read_text()))
+
+
+def checkpoints_dir(out_dir: Path) -> Path:
+    return out_dir / "checkpoints"
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    done = [p for p in checkpoints_dir(out_dir).glob("step_*") if (p / STATE_FILE).exists()]
+    return max(done, key=lambda p: int(p.name.split("_")[1])) if done else None
+
+
+def save_checkpoint(out_dir: Path, engine: Any, state: TrainerState) -> Path:
+    final = checkpoints_dir(out_dir) / f"step_{state.step}"
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    engine.save(partial / "hf")
+    engine.save_checkpoint(partial / "engine")
+    (partial / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    return final
