@@ -9,34 +9,30 @@ from agentr1.gateway.backends._sampling import make_generator, sample_next
 from agentr1.gateway.backends.base import SamplingParams
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])
-DRAWS = 20_000
+DRAWS = 10_000
 
 
 def frequencies(params: SamplingParams) -> torch.Tensor:
-    rows = [SamplingParams(**{**_fields(params), "seed": i}) for i in range(DRAWS)]
-    generators = [make_generator(p, torch.device("cpu")) for p in rows]
-    sampled = sample_next(LOGITS.expand(DRAWS, -1).clone(), rows, generators)
+    """Empirical token frequencies of DRAWS rows (sharing one seeded generator)."""
+    generator = make_generator(SamplingParams(seed=0), torch.device("cpu"))
+    sampled = sample_next(LOGITS.expand(DRAWS, -1).clone(), [params] * DRAWS, [generator] * DRAWS)
     return torch.bincount(torch.tensor([s.token_id for s in sampled]), minlength=len(LOGITS)).float() / DRAWS
-
-
-def _fields(p: SamplingParams) -> dict:
-    return {name: getattr(p, name) for name in SamplingParams.__slots__}
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
 def test_samples_follow_softmax_of_scaled_logits(temperature):
     expected = torch.softmax(LOGITS / temperature, dim=-1)
-    assert frequencies(SamplingParams(temperature=temperature)) == pytest.approx(expected.tolist(), abs=0.015)
+    assert frequencies(SamplingParams(temperature=temperature)) == pytest.approx(expected.tolist(), abs=0.02)
 
 
 def test_top_k_and_top_p_renormalise_over_the_kept_tokens():
     probs = torch.softmax(LOGITS, dim=-1)
     top2 = (probs[:2] / probs[:2].sum()).tolist()
-    assert frequencies(SamplingParams(top_k=2)) == pytest.approx([*top2, 0, 0, 0], abs=0.015)
+    assert frequencies(SamplingParams(top_k=2)) == pytest.approx([*top2, 0, 0, 0], abs=0.02)
     # mass before token 1 is 0.56 < 0.7 (kept), before token 2 it is 0.77 (dropped)
-    assert frequencies(SamplingParams(top_p=0.7)) == pytest.approx([*top2, 0, 0, 0], abs=0.015)
+    assert frequencies(SamplingParams(top_p=0.7)) == pytest.approx([*top2, 0, 0, 0], abs=0.02)
     top3 = (probs[:3] / probs[:3].sum()).tolist()
-    assert frequencies(SamplingParams(top_k=3, top_p=0.99)) == pytest.approx([*top3, 0, 0], abs=0.015)
+    assert frequencies(SamplingParams(top_k=3, top_p=0.99)) == pytest.approx([*top3, 0, 0], abs=0.02)
     assert frequencies(SamplingParams(top_p=0.01)).tolist() == [1.0, 0, 0, 0, 0]
 
 

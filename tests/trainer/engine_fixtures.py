@@ -17,11 +17,11 @@ from agentr1.trainer.rows import TrainRow  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def engine_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Llama with the SmolLM2 tokenizer (built locally, deterministic)."""
-    from agentr1.gateway.models import build_tiny_random_model
+def engine_model_path() -> Path:
+    """A tiny random Llama with the SmolLM2 tokenizer (built locally once, deterministic, cached)."""
+    from agentr1.gateway.models import ensure_tiny_model
 
-    return build_tiny_random_model(tmp_path_factory.mktemp("engine-tiny-model"))
+    return ensure_tiny_model()
 
 
 def make_row(

@@ -136,7 +136,9 @@ class VerlModel:
             optimizer_config=self.optimizer_config,
             checkpoint_config=CheckpointConfig(),
         )
-        self.engine.initialize()
+        with torch.random.fork_rng(devices=[]):  # new heads (the critic's) start the same every time
+            torch.manual_seed(config.seed)
+            self.engine.initialize()
         tokenizer = self.model_config.tokenizer
         pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
         self.pad_token_id = int(pad) if pad is not None else 0
