@@ -246,7 +246,7 @@ def test_backend_dying_mid_stream_reports_in_band_and_stores_nothing(gateway):
             pass
     backend.die_after_tokens = None
     assert store.get_session(s["id"]).steps == []  # an unanswered call is not a step
-    ok = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "x"}])
+    ok = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "x"}], tools=[TOOL])
     assert ok.choices[0].message.tool_calls and len(store.get_session(s["id"]).steps) == 1
 
 
@@ -280,3 +280,23 @@ def test_n_choices_are_steps_and_the_next_call_continues_the_chosen_one(gateway)
     assert [st.index for st in steps] == [0, 1, 2, 3]
     assert steps[3].parent_index == 2 and not steps[3].drift
     assert steps[2].feedback_ids and steps[0].feedback_ids is None
+
+
+def test_tool_markup_without_tools_offered_is_plain_content(gateway):
+    url, store, _ = gateway
+    s = _session(url)
+    r = httpx.post(f"{s['base_url']}/chat/completions", json={"model": "policy", "messages": [
+        {"role": "user", "content": "12*7?"}]}).json()
+    choice = r["choices"][0]
+    assert choice["finish_reason"] == "stop" and not choice["message"].get("tool_calls")
+    assert '"calculator"' in choice["message"]["content"]
+
+
+def test_streamed_final_chunk_names_the_step(gateway):
+    url, store, _ = gateway
+    s = _session(url)
+    with httpx.stream("POST", f"{s['base_url']}/chat/completions", json={
+            "model": "policy", "messages": [{"role": "user", "content": "x"}], "stream": True}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    final = [e for e in events if e.get("choices") and e["choices"][0]["finish_reason"]]
+    assert final[0]["agentr1"] == {"session_id": s["id"], "steps": [0], "drift": False}

@@ -137,6 +137,10 @@ def generate_requests(call: PreparedCall) -> list[GenerateRequest]:
 def assistant_message(gw: Gateway, call: PreparedCall, result: GenerateResult, choice: int) -> dict[str, Any]:
     parsed = gw.renderer.parse(result.output_ids, prefill=call.plan.prefill, id_seed=f"{call.request_id}-{choice}")
     content = parsed.content
+    if parsed.tool_calls and not call.tools:  # no tools offered: tool-call markup is plain text, as at OpenAI
+        close = gw.renderer.close_turn(result.output_ids)
+        content = gw.renderer.tokenizer.decode(result.output_ids[: close.kept], skip_special_tokens=True)
+        parsed.tool_calls = []
     if isinstance(result.matched_stop, str) and content and result.matched_stop in content:
         content = content[: content.rfind(result.matched_stop)]  # OpenAI leaves the stop string out
     message: dict[str, Any] = {"role": "assistant", "content": content}

@@ -114,9 +114,11 @@ async def stream_chat(gw: Gateway, call: PreparedCall, include_usage: bool) -> A
             if message.get("tool_calls"):
                 yield sse(_chunk(call, [{"index": i, "delta": {"tool_calls": _tool_call_deltas(message)},
                                          "logprobs": None, "finish_reason": None}]))
-        await record(gw, call, final, messages, reasons)  # stored before the stream says it is done
+        indices = await record(gw, call, final, messages, reasons)  # stored before the stream says it is done
         for i, reason in enumerate(reasons):
-            yield sse(_chunk(call, [{"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}]))
+            last = _chunk(call, [{"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}])
+            last["agentr1"] = {"session_id": call.state.id, "steps": [indices[i]], "drift": call.plan.drift}
+            yield sse(last)
         if include_usage:
             completion = sum(len(r.output_ids) for r in final)
             prompt = len(call.plan.prompt_ids)

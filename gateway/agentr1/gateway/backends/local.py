@@ -158,13 +158,15 @@ class LocalBackend:
         with self._start_lock:
             if self._thread is not None:
                 return
+            from tokenizers import Tokenizer
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             started = time.monotonic()
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation="sdpa")
             self.model = model.to(self.device).eval()
-            decoder = self.tokenizer.backend_tokenizer  # the worker's own use: decode only
+            # the worker's own copy (decode only): callers may use self.tokenizer meanwhile
+            decoder = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
 
             def decode(ids: list[int]) -> str:
                 return decoder.decode(ids, skip_special_tokens=False)

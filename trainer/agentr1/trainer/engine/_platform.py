@@ -7,6 +7,10 @@ none for CPU (it falls back to CUDA); some of its modules read the device name a
 same class that ``VERL_USE_EXTERNAL_MODULES=agentr1.trainer.engine._platform VERL_PLATFORM=cpu``
 loads in a process started by verl), selects it when the device is the CPU, registers verl's FSDP
 engines for that device, and starts a world-size-1 process group (gloo on CPU, nccl on CUDA).
+
+Two narrow shims apply only where verl assumes flash-attn: value models load with the configured
+attention instead of a hard-coded ``flash_attention_2``, and token log-probs are computed a block
+of rows at a time instead of verl's one-token-at-a-time fallback loop (same formula).
 """
 
 from __future__ import annotations
@@ -208,6 +212,30 @@ def _patch_value_head_attention() -> None:
     verl_model._agentr1_patched = True
 
 
+def _logprobs_by_blocks(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:
+    """verl's ``logprobs_from_logits_v2`` (``x[label] - logsumexp(x)``) a block of rows at a time.
+
+    verl's fallback (no flash-attn cross-entropy kernel) loops over the rows of the packed
+    (tokens, vocab) logits one token at a time: thousands of tiny kernels forward and backward,
+    most of an update's time on a CPU. Same result, one call per block of ~16M logits."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    index = labels.reshape(-1, 1)
+    picked = flat.gather(-1, index).squeeze(-1).float()
+    rows = max(1, (1 << 24) // max(1, flat.shape[-1]))
+    lse = [torch.logsumexp(block.float(), dim=-1) for block in flat.split(rows)]
+    total = torch.cat(lse) if lse else picked.new_zeros(0)
+    return (picked - total).view(labels.shape)
+
+
+def _patch_logprobs() -> None:
+    from verl.utils import torch_functional
+    from verl.workers.engine.fsdp import transformer_impl
+
+    if torch_functional.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE or torch_functional.NPU_CROSS_ENTROPY_LOSS_AVAILABLE:
+        return
+    transformer_impl.logprobs_from_logits = _logprobs_by_blocks
+
+
 def _init_process_group(device: str) -> None:
     import torch.distributed as dist
 
@@ -257,6 +285,7 @@ def prepare_verl(device: str) -> str:
         transformer_impl.device_name = "cpu"  # read at import; harmless when it already says cpu
     _register_engines_for(want)
     _patch_value_head_attention()
+    _patch_logprobs()
     _init_process_group(device)
     _prepared = device
     log.info("verl ready on %s (platform %s)", device, platform_manager.get_platform().device_name)
