@@ -46,6 +46,7 @@ class PaddedBatch:
     position_ids: torch.Tensor  # (B, P + R) long
     response_mask: torch.Tensor  # (B, R) float, 0 on padding
     response_lengths: list[int]
+    has_rollout_log_probs: torch.Tensor  # (B,) bool: False where the serving engine gave no log-probs
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # response-aligned (B, R) floats
 
     def __len__(self) -> int:
@@ -69,6 +70,7 @@ class PaddedBatch:
             position_ids=self.position_ids[idx],
             response_mask=self.response_mask[idx],
             response_lengths=[self.response_lengths[i] for i in idx.tolist()],
+            has_rollout_log_probs=self.has_rollout_log_probs[idx],
             extra={k: v[idx] for k, v in self.extra.items()},
         )
 
@@ -102,7 +104,8 @@ def pad_rows(
     rows: Sequence[TrainRow], *, pad_id: int = 0, need_advantages: bool = False, need_returns: bool = False
 ) -> PaddedBatch:
     """Pad ``rows`` into verl's layout; ``extra`` holds ``rollout_log_probs`` (the rows'
-    ``old_logprobs``, sampled by the serving engine), ``advantages`` and ``returns`` when present."""
+    ``old_logprobs``, sampled by the serving engine), ``advantages``, ``returns`` and, when every
+    row carries them, the critic's ``values``."""
     if not rows:
         raise ValueError("no rows")
     for i, row in enumerate(rows):
@@ -117,6 +120,8 @@ def pad_rows(
     rollout = torch.zeros((batch, r_len), dtype=torch.float32)
     advantages = torch.zeros((batch, r_len), dtype=torch.float32)
     returns = torch.zeros((batch, r_len), dtype=torch.float32)
+    values = torch.zeros((batch, r_len), dtype=torch.float32)
+    has_values = all(len(getattr(r, "values", ())) == len(r.response_ids) for r in rows)
     for i, row in enumerate(rows):
         p, n = len(row.prompt_ids), len(row.response_ids)
         prompts[i, p_len - p :] = torch.tensor(row.prompt_ids, dtype=torch.long)
@@ -128,9 +133,14 @@ def pad_rows(
             advantages[i, :n] = torch.tensor(row.advantages, dtype=torch.float32)
         if len(row.returns) == n:
             returns[i, :n] = torch.tensor(row.returns, dtype=torch.float32)
+        if has_values:
+            values[i, :n] = torch.tensor(row.values, dtype=torch.float32)
     if not torch.isfinite(rollout).all() or not torch.isfinite(advantages).all() or not torch.isfinite(returns).all():
         raise ValueError("rows carry non-finite logprobs, advantages or returns")
     position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0) * attention
+    extra = {"rollout_log_probs": rollout, "advantages": advantages, "returns": returns}
+    if has_values:
+        extra["values"] = values
     return PaddedBatch(
         prompts=prompts,
         responses=responses,
@@ -138,7 +148,8 @@ def pad_rows(
         position_ids=position_ids,
         response_mask=mask,
         response_lengths=[len(r.response_ids) for r in rows],
-        extra={"rollout_log_probs": rollout, "advantages": advantages, "returns": returns},
+        has_rollout_log_probs=torch.tensor([getattr(r, "has_old_logprobs", True) for r in rows], dtype=torch.bool),
+        extra=extra,
     )
 
 

@@ -185,15 +185,21 @@ class LocalPolicyEngine:
         batch = self._pad(rows, need_advantages=True)
         metrics: dict[str, float] = {}
         mask = batch.response_mask
+        missing = ~batch.has_rollout_log_probs  # rows whose steps came without rollout log-probs
         if old_log_probs is not None:
             old = self._pad_like(batch, old_log_probs)
-        elif cfg.bypass_mode:
+        elif cfg.bypass_mode and not missing.any():
             old = batch.extra["rollout_log_probs"].clone()
         else:
             out = self.actor.infer(batch, temperature=temperature, entropy=cfg.calculate_entropy)
             old = out["log_probs"]
             if "entropy" in out and mask.any():
                 metrics["actor/entropy"] = self._agg(out["entropy"], mask)
+            if cfg.bypass_mode:
+                old = torch.where(missing[:, None], old, batch.extra["rollout_log_probs"])
+        # no rollout log-probs: the row is taken as on-policy (IS weight 1, never rejected)
+        rollout = batch.extra["rollout_log_probs"]
+        batch.extra["rollout_log_probs"] = torch.where(missing[:, None], old, rollout)
         batch.extra["old_log_probs"] = old
         keys = ["old_log_probs", "advantages"]
         if not cfg.bypass_mode and mask.any():
@@ -225,7 +231,8 @@ class LocalPolicyEngine:
         critic = self._require(self.critic, "critic")
         started = time.perf_counter()
         batch = self._pad(rows, need_returns=True)
-        batch.extra["values"] = critic.infer(batch)["values"]
+        if "values" not in batch.extra:  # rows.values (from compute_values, same weights) saves a pass
+            batch.extra["values"] = critic.infer(batch)["values"]
         loss_fn = partial(value_loss, self.critic_config)
         steps, skipped = self._run_epochs(critic, batch, loss_fn, ["values", "returns"], temperature=1.0)
         metrics: dict[str, float] = {}
