@@ -127,10 +127,9 @@ def parse_hermes(text: str, *, id_seed: str | None = None, finished: bool = True
                 "function": {"name": name, "arguments": arguments},
             })
     kept.append(rest[position:])
-    content: str | None = "".join(kept)
+    text_left = "".join(kept)
     if tool_calls or had_reasoning:
-        content = content.strip()
-    if tool_calls and not content:
-        content = None
+        text_left = text_left.strip()
+    content = None if tool_calls and not text_left else text_left
     return ParsedAction(content=content, tool_calls=tool_calls, reasoning=reasoning,
                         invalid_tool_calls=invalid, finished=finished)
