@@ -269,6 +269,30 @@ class BatchEngine:
                 layer.values = layer.values[:, :, start:, :]
 
 
+def end_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The ids that end generation: the model's eos ids, the tokenizer's eos and ``<|im_end|>``."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return ids
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    for value in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if value is not None:
+            return int(value)
+    return 0
+
+
 def _select(cache: DynamicCache, keep: list[int]) -> DynamicCache:
     index = torch.tensor(keep, dtype=torch.long)
     for layer in cache.layers:

@@ -1,0 +1,312 @@
+"""The ``sglang`` backend: SGLang servers through their native ``/generate`` endpoint, token ids in
+and out (the production path). Routing, retries, failover and the pause gate: :mod:`._remote`.
+
+The protocol, as SGLang 0.5.x implements it (sgl-project/sglang ``python/sglang/srt/entrypoints/
+http_server.py``, ``managers/io_struct.py``, ``managers/tokenizer_manager.py``,
+``sampling/sampling_params.py``, ``managers/schedule_batch.py``, ``layers/sampler.py``):
+
+- ``POST /generate`` {input_ids, sampling_params, return_logprob, logprob_start_len (-1: output
+  only), top_logprobs_num, rid, stream} answers {text?, output_ids, meta_info}. Sampling keys sent:
+  max_new_tokens (always: SGLang's default is 128), temperature (below 1e-5 sent as 0, which SGLang
+  decodes greedily as top_k=1), top_p, top_k (-1 = off), min_p, repetition/frequency/presence
+  penalties at their neutral values (so ``--preferred-sampling-params`` or the model's generation
+  config cannot change the policy behind our back), stop, stop_token_ids, and the seed as
+  ``sampling_seed`` (honoured only by servers started with ``--enable-deterministic-inference``;
+  ``seed_param=None`` leaves it out for servers that predate the field). SGLang refuses unknown
+  sampling keys (400); ``extra_sampling`` is passed as it is.
+- ``meta_info``: prompt_tokens, completion_tokens, cached_tokens, weight_version, finish_reason
+  ({"type": "stop", "matched": token id | stop string} | {"type": "length", "length"} |
+  {"type": "abort", "message"}), output_token_logprobs [[logprob, token_id, text|null], ...] and
+  output_top_logprobs (per token, the same triples). The logprobs are log_softmax(logits /
+  temperature) before top-k/top-p truncation, the quantity verl recomputes; leave
+  ``SGLANG_RETURN_ORIGINAL_LOGPROB`` unset (it switches to temperature-1 logprobs).
+- Streaming: ``data: {...}`` events, then ``data: [DONE]``. ``text`` is cumulative; ``output_ids``
+  and the logprob lists are cumulative by default and incremental with ``--stream-output`` (and in
+  later versions); each event is aligned on ``meta_info.completion_tokens``, so both work. An error
+  after the stream started arrives as ``data: {"error": {"message"}}``.
+- Errors: 400 ``{"error": {"message"}}`` for invalid requests; ``/health`` and ``/health_generate``
+  run a one-token generation (slow: used only to re-admit servers that failed).
+- Weights: ``POST /pause_generation`` {mode}, ``POST /update_weights_from_disk`` {model_path,
+  weight_version} (200 {success, message, num_paused_requests}; 400 with success false when the
+  checkpoint cannot be loaded, and the server keeps its old weights), ``POST /continue_generation``.
+  ``mode`` is abort | retract | in_place (newer servers; older ones take no body and abort).
+  ``weight_version`` comes back in each answer's meta_info: the policy version of that result.
+- Servers launched by verl run with ``--skip-tokenizer-init``: only input_ids work, and stop strings
+  are refused (they need the tokenizer); stop token ids work.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import httpx
+
+from ._remote import RemoteBase, Retry, Server, check, route_key, sse_events, transport_error
+from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
+
+__all__ = ["SGLangBackend"]
+
+log = logging.getLogger(__name__)
+
+GREEDY_BELOW = 1e-5  # as the local engine: temperatures below this decode greedily
+
+
+def _new(items: list[Any], total: int, seen: int, what: str) -> list[Any]:
+    """The items of a stream event that were not received yet, whether the event carries all of
+    them (cumulative) or only the new ones (incremental)."""
+    if len(items) == total:
+        return items[seen:]
+    if len(items) == total - seen:
+        return items
+    raise BackendError(f"SGLang sent {len(items)} {what} for {total} tokens after {seen}: cannot align them")
+
+
+class _Output:
+    """The tokens of one generation, gathered from a whole answer or from stream events."""
+
+    def __init__(self, top_n: int) -> None:
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.top: list[list[TokenLogprob]] = []
+        self.top_n = top_n
+
+    def add(self, body: dict[str, Any]) -> tuple[list[int], list[float]]:
+        meta = body.get("meta_info") or {}
+        ids = [int(t) for t in body.get("output_ids") or []]
+        total = int(meta.get("completion_tokens", len(self.ids) + len(ids)))
+        new_ids = _new(ids, total, len(self.ids), "output_ids")
+        entries = meta.get("output_token_logprobs")
+        if entries is None:
+            raise BackendError("SGLang answered without meta_info.output_token_logprobs")
+        new_entries = _new(entries, total, len(self.logprobs), "output_token_logprobs")
+        if [int(e[1]) for e in new_entries] != new_ids:
+            raise BackendError("SGLang's output_token_logprobs do not match its output_ids")
+        new_lps = [float(e[0]) for e in new_entries]
+        if self.top_n:
+            tops = _new(meta.get("output_top_logprobs") or [], total, len(self.top), "output_top_logprobs")
+            self.top += [[TokenLogprob(int(t[1]), float(t[0])) for t in (top or [])[: self.top_n]] for top in tops]
+        self.ids += new_ids
+        self.logprobs += new_lps
+        return new_ids, new_lps
+
+
+class SGLangBackend(RemoteBase):
+    """Generate on SGLang servers at ``urls`` (see the module docstring).
+
+    ``model_name`` and ``max_context`` default to what ``/v1/models`` says. ``tokenizer`` (a HF
+    tokenizer or a local model directory with the served model's tokenizer) is what the gateway
+    renders prompts with. ``pause_mode``: how ``/pause_generation`` treats requests that are still
+    running once the gateway's own have drained (``drain_timeout_s``): "abort" (they end with
+    finish_reason abort; the gateway's own are sampled again after the update) or "retract"."""
+
+    name = "sglang"
+
+    def __init__(self, urls: list[str] | str, *, model_name: str | None = None, max_context: int | None = None,
+                 tokenizer: Any = None, timeout: float = 600.0, retries: int = 3,
+                 seed_param: str | None = "sampling_seed", pause_mode: str = "abort",
+                 extra_sampling: dict[str, Any] | None = None, weights_timeout_s: float = 1800.0,
+                 **options: Any) -> None:
+        super().__init__(urls, model_name=model_name, max_context=max_context, tokenizer=tokenizer,
+                         timeout=timeout, retries=retries, **options)
+        self.seed_param = seed_param
+        self.pause_mode = pause_mode
+        self.extra_sampling = dict(extra_sampling or {})
+        self.weights_timeout_s = weights_timeout_s
+
+    async def start(self) -> None:
+        await super().start()
+        versions = []
+        for server in self.pool.servers:  # a restarted gateway reports the servers' weight version
+            try:
+                r = await self.client.get(server.url + "/get_model_info", timeout=self.health_timeout_s)
+                versions.append(self._version_of(r.json().get("weight_version")) if r.status_code == 200 else 0)
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+        self._version = max([self._version, *versions])
+
+    def _version_of(self, value: Any) -> int:
+        try:
+            return int(str(value))
+        except ValueError:
+            return self._version
+
+    # -- generation -----------------------------------------------------------------------
+
+    def payload(self, request: GenerateRequest, *, stream: bool, attempt: int = 0) -> dict[str, Any]:
+        """The ``/generate`` body for ``request``."""
+        p = request.sampling
+        sampling: dict[str, Any] = {
+            "max_new_tokens": p.max_new_tokens,
+            "temperature": 0.0 if p.temperature < GREEDY_BELOW else p.temperature,
+            "top_p": p.top_p, "top_k": p.top_k if p.top_k > 0 else -1, "min_p": 0.0,
+            "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+        }
+        if p.stop:
+            sampling["stop"] = list(p.stop)
+        if p.stop_token_ids:
+            sampling["stop_token_ids"] = list(p.stop_token_ids)
+        if p.seed is not None and self.seed_param:
+            sampling[self.seed_param] = int(p.seed)
+        sampling.update(self.extra_sampling)
+        rid = request.request_id or f"agentr1-{uuid.uuid4().hex}"
+        body: dict[str, Any] = {"input_ids": list(request.prompt_ids), "sampling_params": sampling,
+                                "return_logprob": True, "logprob_start_len": -1, "stream": stream,
+                                "rid": rid if attempt == 0 else f"{rid}-retry{attempt}"}
+        if p.top_logprobs:
+            body["top_logprobs_num"] = p.top_logprobs
+        return body
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        key = route_key(request)
+        for _ in range(self.retries + 1):
+            await self._enter()
+            epoch = self._epoch
+            try:
+                result = await self._attempts(key, lambda server, attempt: self._generate_once(server, request, attempt))
+            finally:
+                self._leave()
+            if result.finish_reason == "abort" and (self._updating or self._epoch != epoch):
+                continue  # aborted by a weight update: sample again, from the new weights only
+            return result
+        return result
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
+        return self._stream(request)
+
+    async def _stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
+        await self._enter()
+        try:
+            async for delta in self._stream_attempts(
+                    route_key(request), lambda server, attempt: self._stream_once(server, request, attempt)):
+                yield delta
+        finally:
+            self._leave()
+
+    async def _generate_once(self, server: Server, request: GenerateRequest, attempt: int) -> GenerateResult:
+        r = await self._post(server, "/generate", self.payload(request, stream=False, attempt=attempt))
+        check(r, f"SGLang {server.url}")
+        body = r.json()
+        out = _Output(request.sampling.top_logprobs)
+        out.add(body)
+        return self._result(out, body.get("meta_info") or {}, request)
+
+    async def _stream_once(self, server: Server, request: GenerateRequest,
+                           attempt: int) -> AsyncGenerator[StreamDelta, None]:
+        out = _Output(request.sampling.top_logprobs)
+        body = self.payload(request, stream=True, attempt=attempt)
+        try:
+            async with self.client.stream("POST", server.url + "/generate", json=body) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    check(r, f"SGLang {server.url}")
+                async for event in sse_events(r):
+                    if "error" in event:
+                        error = event["error"]
+                        message = error.get("message") if isinstance(error, dict) else error
+                        raise BackendError(f"SGLang {server.url}: {message}", status_code=400)
+                    new_ids, new_lps = out.add(event)
+                    meta = event.get("meta_info") or {}
+                    if meta.get("finish_reason") is not None:
+                        yield StreamDelta(new_ids, new_lps, result=self._result(out, meta, request))
+                        return
+                    if new_ids:
+                        yield StreamDelta(new_ids, new_lps)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, server, self.timeout) from exc
+        raise Retry(BackendError(f"SGLang {server.url} ended the stream before the generation finished"),
+                    server_down=True)
+
+    def _result(self, out: _Output, meta: dict[str, Any], request: GenerateRequest) -> GenerateResult:
+        finish = meta.get("finish_reason")
+        kind = finish.get("type") if isinstance(finish, dict) else finish
+        if kind not in ("stop", "length", "abort"):
+            raise BackendError(f"SGLang finished with an unknown reason {finish!r}")
+        matched = finish.get("matched") if isinstance(finish, dict) else None
+        if kind == "abort":
+            log.info("SGLang aborted %s: %s", request.request_id, finish)
+        return GenerateResult(
+            output_ids=out.ids, logprobs=out.logprobs, finish_reason=kind,
+            prompt_tokens=int(meta.get("prompt_tokens", len(request.prompt_ids))),
+            policy_version=self._version_of(meta.get("weight_version")),
+            matched_stop=matched if isinstance(matched, int | str) and not isinstance(matched, bool) else None,
+            top_logprobs=out.top if request.sampling.top_logprobs else None,
+        )
+
+    # -- weights, pause, resume -----------------------------------------------------------
+
+    async def update_weights(self, path: str) -> int:
+        """Load the checkpoint at ``path`` (a directory on the servers' filesystem) on every server:
+        new requests wait, the gateway's requests in flight drain, then ``/pause_generation``,
+        ``/update_weights_from_disk`` and ``/continue_generation``. Returns the new policy version.
+
+        If every server refuses the checkpoint (400: they keep their weights) this raises
+        ValueError and nothing changed. Servers that fail while others succeed, or that were down,
+        are taken out of rotation (stale) until an update succeeds on them."""
+        async with self._weights_lock:
+            self._updating += 1
+            try:
+                await self._drain(self.drain_timeout_s)
+                version = self._version + 1
+                now = time.monotonic()
+                targets = [s for s in self.pool.servers if now >= s.down_until]
+                if not targets:
+                    raise BackendError("no SGLang server is up to load the weights", status_code=503)
+                await self._broadcast("/pause_generation", {"mode": self.pause_mode}, servers=targets)
+                try:
+                    answers = await self._broadcast(
+                        "/update_weights_from_disk", {"model_path": path, "weight_version": str(version)},
+                        servers=targets, timeout=self.weights_timeout_s)
+                finally:
+                    if not self._paused:
+                        await self._broadcast("/continue_generation", {}, servers=targets)
+                return self._apply_update(version, answers)
+            finally:
+                self._updating -= 1
+
+    def _apply_update(self, version: int, answers: list[tuple[Server, httpx.Response | Exception]]) -> int:
+        failures: dict[str, str] = {}
+        refused = 0
+        for server, answer in answers:
+            if isinstance(answer, httpx.Response) and answer.status_code == 200 and answer.json().get("success"):
+                server.stale = False
+                continue
+            if isinstance(answer, httpx.Response):
+                refused += answer.status_code == 400
+                body = answer.json() if answer.headers.get("content-type", "").startswith("application/json") else {}
+                failures[server.url] = str(body.get("message") or answer.text)[:500]
+            else:
+                failures[server.url] = str(answer)
+        if len(failures) == len(answers):
+            detail = "; ".join(f"{url}: {message}" for url, message in failures.items())
+            if refused == len(answers):
+                raise ValueError(f"SGLang could not load the weights ({detail})")
+            raise BackendError(f"the weight update failed on every SGLang server ({detail})")
+        answered = {server.url for server, _ in answers}
+        for server in self.pool.servers:
+            if server.url in failures or server.url not in answered:
+                server.stale = True
+                log.error("SGLang server %s missed weight version %d: out of rotation (%s)", server.url, version,
+                          failures.get(server.url, "down during the update"))
+        self._version = version
+        self._epoch += 1
+        log.info("sglang backend: weights updated on %d servers, policy version %d",
+                 len(answers) - len(failures), version)
+        return version
+
+    async def pause(self) -> None:
+        """Hold new requests, wait for the gateway's requests in flight, then pause every server."""
+        self._paused = True
+        await self._drain(None)
+        for server, answer in await self._broadcast("/pause_generation", {"mode": self.pause_mode}):
+            if isinstance(answer, Exception):
+                log.warning("could not pause SGLang server %s: %s", server.url, answer)
+
+    async def resume(self) -> None:
+        for server, answer in await self._broadcast("/continue_generation", {}):
+            if isinstance(answer, Exception):
+                log.warning("could not resume SGLang server %s: %s", server.url, answer)
+        self._paused = False
