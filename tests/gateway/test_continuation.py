@@ -352,7 +352,7 @@ def test_both_renderers_bridge_to_the_same_ids(tokenizer):
 
 
 def test_renderers_adapter_bridges_exactly(tokenizer):
-    renderers = pytest.importorskip("renderers")
+    import renderers
     tok = AutoTokenizer.from_pretrained(ensure_smollm2())
     tok.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"])
     tok.unk_token = None
@@ -371,7 +371,7 @@ def test_renderers_adapter_bridges_exactly(tokenizer):
 
 
 def test_renderers_default_renderer_cannot_bridge(tokenizer):
-    renderers = pytest.importorskip("renderers")
+    import renderers
     wrapped = create_renderer(tokenizer, "renderers", config=renderers.DefaultRendererConfig())
     messages = [{"role": "user", "content": "hi"}]
     _, prev = step(wrapped, None, messages, None, sample(tokenizer, "yo"))

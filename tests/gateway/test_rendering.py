@@ -302,7 +302,7 @@ def test_tool_choice_prefill(renderer, tokenizer):
 @pytest.fixture(scope="module")
 def qwen3_like():
     """SmolLM2's tokenizer with Qwen3's tags as single tokens, so ``renderers``' Qwen3Renderer runs on it."""
-    renderers = pytest.importorskip("renderers")
+    import renderers
     tok = AutoTokenizer.from_pretrained(ensure_smollm2())
     tok.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"])
     tok.unk_token = None  # SmolLM2's unk is <|endoftext|>, which Qwen3Renderer needs as a real token
@@ -328,7 +328,7 @@ def test_renderers_adapter_renders_and_parses(qwen3_like):
 def test_renderers_default_renderer_misses_smollm2_tool_calls(tokenizer):
     """The evaluation verdict, kept honest: on SmolLM2 (``<tool_call>`` is five tokens) the package's
     hermes parser finds no call, where our text-level parser does."""
-    renderers = pytest.importorskip("renderers")
+    import renderers
     wrapped = create_renderer(tokenizer, "renderers",
                               config=renderers.DefaultRendererConfig(tool_parser="qwen3", reasoning_parser="think"))
     text = '<tool_call>\n{"name": "calc", "arguments": {"expression": "1"}}\n</tool_call>'

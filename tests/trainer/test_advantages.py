@@ -8,6 +8,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo import core_algos
 
 from agentr1.store.records import SessionRecord, StepRecord
 from agentr1.trainer.algorithms import (
@@ -19,9 +21,6 @@ from agentr1.trainer.algorithms import (
 )
 from agentr1.trainer.batch import BatchConfig, build_rows, metadata_anchor
 from agentr1.trainer.rows import Segment, TrainRow
-
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
-from verl.trainer.config import AlgoConfig  # noqa: E402
 
 ALL = ["gae", "gigpo", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "steppo"]
 VERL = ["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
