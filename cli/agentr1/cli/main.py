@@ -7,9 +7,11 @@ from importlib.metadata import version
 
 import typer
 
+from agentr1.cli.chat import chat
 from agentr1.cli.gateway import gateway
 from agentr1.cli.traces import app as traces_app
 from agentr1.cli.train import evaluate, train
+from agentr1.cli.view import view
 
 app = typer.Typer(
     name="agentr1",
@@ -21,6 +23,8 @@ app.add_typer(traces_app, name="traces")
 app.command(help="Serve the policy model behind an OpenAI-compatible, trace-recording endpoint.")(gateway)
 app.command(help="Train the policy on the agent's traces (rollout -> reward -> replay -> update).")(train)
 app.command("eval", help="Held-out success of a checkpoint.")(evaluate)
+app.command(help="Browse traces, task groups and training curves in a local web app.")(view)
+app.command(help="Chat with the policy through a gateway; every turn is a recorded step.")(chat)
 
 
 def _print_version(value: bool) -> None:

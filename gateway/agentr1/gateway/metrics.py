@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
@@ -27,7 +29,7 @@ class Metrics:
         self.latency_sum_ms += latency_ms
 
     def render(self, *, write_queue: int, steps_committed: int, steps_failed: int,
-               write_lag_s: float, policy_version: int) -> str:
+               write_lag_s: float, policy_version: int, backend: dict[str, float] | None = None) -> str:
         lines = [
             "# TYPE agentr1_calls_total counter", f"agentr1_calls_total {self.calls}",
             "# TYPE agentr1_errors_total counter", f"agentr1_errors_total {self.errors}",
@@ -42,11 +44,33 @@ class Metrics:
             "# TYPE agentr1_store_steps_failed_total counter", f"agentr1_store_steps_failed_total {steps_failed}",
             "# TYPE agentr1_store_commit_seconds gauge", f"agentr1_store_commit_seconds {write_lag_s:.6f}",
             "# TYPE agentr1_policy_version gauge", f"agentr1_policy_version {policy_version}",
-            "# TYPE agentr1_call_latency_ms histogram",
         ]
+        for name, value in (backend or {}).items():
+            lines += [f"# TYPE agentr1_backend_{name} gauge", f"agentr1_backend_{name} {value:g}"]
+        lines.append("# TYPE agentr1_call_latency_ms histogram")
         cumulative = 0
         for bound, count in zip((*LATENCY_BUCKETS_MS, "+Inf"), self.latency_counts, strict=True):
             cumulative += count
             lines.append(f'agentr1_call_latency_ms_bucket{{le="{bound}"}} {cumulative}')
         lines += [f"agentr1_call_latency_ms_sum {self.latency_sum_ms:.3f}", f"agentr1_call_latency_ms_count {self.calls}"]
         return "\n".join(lines) + "\n"
+
+
+def backend_gauges(backend: Any) -> dict[str, float]:
+    """What the backend exposes about its load, read without locking or changing it: the depth of its
+    request queue (``queue_depth``, or the length of the local engine's queue) and its engine counters
+    (``stats``: forward passes, tokens generated, ...). Empty for backends that expose nothing."""
+    out: dict[str, float] = {}
+    depth = getattr(backend, "queue_depth", None)
+    if depth is None:
+        queue = getattr(backend, "_queue", None)  # LocalBackend: a deque of requests waiting for the batch
+        depth = len(queue) if queue is not None and hasattr(queue, "__len__") else None
+    if isinstance(depth, int | float) and not isinstance(depth, bool):
+        out["queue_depth"] = float(depth)
+    stats = getattr(backend, "stats", None)
+    if stats is not None and dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        for f in dataclasses.fields(stats):
+            value = getattr(stats, f.name, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f.name] = float(value)
+    return out

@@ -1,0 +1,35 @@
+"""What the viewer's routes share (kept on ``app.state.viewer``, created in the lifespan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from fastapi import Request
+
+from agentr1.gateway.errors import APIError
+from agentr1.gateway.viewer.runs_dir import RunsDir
+from agentr1.gateway.viewer.settings import ViewerSettings
+from agentr1.gateway.viewer.tokens import Tokenizers
+from agentr1.store import TraceStore
+
+
+@dataclass(slots=True)
+class ViewerState:
+    settings: ViewerSettings
+    store: TraceStore
+    tokenizers: Tokenizers
+    runs: RunsDir
+    http: httpx.Client  # to the gateway, for the chat page
+
+
+def viewer(request: Request) -> ViewerState:
+    return request.app.state.viewer
+
+
+def not_found(message: str) -> APIError:
+    return APIError(404, message, code="not_found")
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, code="invalid_request", param=param)

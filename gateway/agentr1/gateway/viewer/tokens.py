@@ -1,0 +1,184 @@
+"""Token-level views of a session: each step's action decoded token by token with its logprob, and
+the rows the trainer builds from the session (prefix-merged or per step) with their training mask.
+
+Tokens are decoded one at a time with the model's tokenizer (``--tokenizer DIR``, or the cached
+model directory named like the steps' ``model``); without one, ids are shown as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agentr1.gateway.viewer.schemas import RowsView, RowView, SessionDetail, StepView, Token
+from agentr1.store import SessionRecord, StepRecord
+
+log = logging.getLogger("agentr1.viewer")
+
+
+class Tokenizers:
+    """Loads tokenizers lazily (once per directory) and decodes ids one token at a time."""
+
+    def __init__(self, explicit: str | None = None) -> None:
+        self.explicit = explicit
+        self._loaded: dict[str, Any] = {}
+        self._pieces: dict[str, dict[int, str]] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, model_names: list[str]) -> str | None:
+        """The tokenizer directory to use for steps served as ``model_names``."""
+        if self.explicit:
+            return self.explicit
+        try:
+            from agentr1.gateway.models import models_cache_dir
+
+            root = models_cache_dir()
+        except ImportError:  # pragma: no cover - the gateway extra is what serves the viewer
+            return None
+        for name in model_names:
+            candidate = root / name
+            if name and (candidate / "tokenizer_config.json").exists():
+                return str(candidate)
+        return None
+
+    def get(self, path: str | None) -> Any:
+        if path is None:
+            return None
+        with self._lock:
+            if path not in self._loaded:
+                try:
+                    from transformers import AutoTokenizer
+
+                    self._loaded[path] = AutoTokenizer.from_pretrained(str(Path(path).expanduser()))
+                except Exception as exc:
+                    log.warning("cannot load the tokenizer at %s: %s", path, exc)
+                    self._loaded[path] = None
+                self._pieces[path] = {}
+            return self._loaded[path]
+
+    def pieces(self, path: str | None, ids: list[int]) -> list[str | None]:
+        """Each id decoded alone (special tokens kept); ``None`` for every id without a tokenizer."""
+        tok = self.get(path)
+        if tok is None or path is None:
+            return [None] * len(ids)
+        cache = self._pieces[path]
+        missing = sorted({i for i in ids if i not in cache})
+        if missing:
+            texts = tok.batch_decode([[i] for i in missing], skip_special_tokens=False)
+            with self._lock:
+                cache.update(zip(missing, texts, strict=True))
+        return [cache[i] for i in ids]
+
+
+def _messages_diff(sent: list[Any], seen: list[Any]) -> tuple[list[int], int]:
+    """Positions of ``seen`` holding a message the agent did not send (rewritten, summarised), and
+    how many of the sent messages the model did not see (dropped by a window)."""
+    return [i for i, m in enumerate(seen) if m not in sent], sum(1 for m in sent if m not in seen)
+
+
+def step_view(step: StepRecord, previous: StepRecord | None, tokenizers: Tokenizers, path: str | None) -> StepView:
+    seen = step.messages_seen or []
+    sent = step.messages_sent or []
+    diff, dropped = _messages_diff(sent, seen) if seen else ([], 0)
+    texts = tokenizers.pieces(path, step.action_ids)
+    logprobs: list[float | None] = [*step.action_logprobs] if step.action_logprobs else [None] * len(step.action_ids)
+    tokens = [Token(id=i, text=t, logprob=lp, mask=1 if step.trainable else 0, step=step.index, kind="action")
+              for i, t, lp in zip(step.action_ids, texts, logprobs, strict=False)]
+    extends: bool | None = None
+    new_obs = len(step.observation_ids)
+    if previous is not None:
+        before = [*previous.observation_ids, *previous.action_ids]
+        extends = step.observation_ids[: len(before)] == before
+        if extends:
+            new_obs = len(step.observation_ids) - len(before)
+    return StepView(
+        index=step.index, parent_index=step.parent_index, policy_version=step.policy_version, model=step.model,
+        backend=step.backend, trainable=step.trainable, finish_reason=step.finish_reason, drift=step.drift,
+        latency_ms=step.latency_ms, reward=step.reward, sampling=step.sampling or {}, tools=step.tools,
+        messages_sent=step.messages_sent or [], messages_seen=seen, seen_differs=bool(seen) and seen != sent,
+        seen_diff=diff, n_dropped=dropped,
+        action=step.action or {}, feedback_messages=step.feedback_messages, n_observation=len(step.observation_ids),
+        n_new_observation=new_obs, n_feedback=len(step.feedback_ids) if step.feedback_ids is not None else None,
+        extends_previous=extends, action_tokens=tokens,
+    )
+
+
+def session_detail(record: SessionRecord, summary: Any, tokenizers: Tokenizers) -> SessionDetail:
+    from agentr1.gateway.viewer.schemas import RewardView
+
+    path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
+    steps = sorted(record.steps, key=lambda s: s.index)
+    views = [step_view(s, steps[i - 1] if i else None, tokenizers, path) for i, s in enumerate(steps)]
+    rewards = [RewardView(name=r.name, value=r.value, step_index=r.step_index, source=r.source) for r in record.rewards]
+    return SessionDetail(session=summary, metadata=record.metadata or {}, rewards=rewards, steps=views,
+                         tokenizer=path if tokenizers.get(path) is not None else None)
+
+
+# -- rows (what the trainer trains on) --------------------------------------------------------
+
+
+def session_rows(record: SessionRecord, layout: str, tokenizers: Tokenizers) -> RowsView:
+    """The session as the trainer's rows: ``build_rows`` when the trainer is importable, else the same
+    prefix merge computed here (each step whose observation starts with the row so far joins it)."""
+    path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
+    try:
+        from agentr1.trainer.batch import BatchConfig, build_rows
+    except ImportError:
+        rows, metrics, source = _prefix_rows(record, layout), {}, "prefix"
+    else:
+        batch = build_rows([record], BatchConfig(layout=layout, skip_statuses=()))  # type: ignore[arg-type]
+        rows = [(list(r.prompt_ids), list(r.response_ids), list(r.response_mask), list(r.old_logprobs),
+                 [(s.step_index, s.start, s.end) for s in r.segments]) for r in batch.rows]
+        metrics, source = dict(batch.metrics), "trainer"
+    views = [_row_view(*row, tokenizers=tokenizers, path=path) for row in rows]
+    return RowsView(session_id=record.id, layout=layout, source=source, rows=views,  # type: ignore[arg-type]
+                    metrics=metrics, tokenizer=path if tokenizers.get(path) is not None else None)
+
+
+Row = tuple[list[int], list[int], list[int], list[float], list[tuple[int, int, int]]]
+
+
+def _row_view(prompt: list[int], response: list[int], mask: list[int], logprobs: list[float],
+              segments: list[tuple[int, int, int]], *, tokenizers: Tokenizers, path: str | None) -> RowView:
+    texts = tokenizers.pieces(path, [*prompt, *response])
+    tokens = [Token(id=i, text=texts[k], mask=0, step=segments[0][0] if segments else None, kind="prompt")
+              for k, i in enumerate(prompt)]
+    owner: list[int | None] = [None] * len(response)
+    cursor = 0
+    for index, _start, end in segments:  # feedback before an action belongs to that step's observation
+        for pos in range(cursor, end):
+            owner[pos] = index
+        cursor = end
+    for pos, token_id in enumerate(response):
+        sampled = mask[pos] == 1
+        tokens.append(Token(id=token_id, text=texts[len(prompt) + pos], mask=mask[pos], step=owner[pos],
+                            logprob=logprobs[pos] if sampled else None, kind="action" if sampled else "feedback"))
+    return RowView(steps=[s[0] for s in segments], prompt_len=len(prompt), n_tokens=len(tokens),
+                   n_action=sum(mask), tokens=tokens)
+
+
+def _prefix_rows(record: SessionRecord, layout: str) -> list[Row]:
+    """Fallback without the trainer: one row per step, or steps merged while each extends the row."""
+    rows: list[Row] = []
+    counts: Counter[str] = Counter()
+    for step in sorted(record.steps, key=lambda s: s.index):
+        if not step.trainable or not step.action_ids:
+            counts["skipped"] += 1
+            continue
+        logprobs = list(step.action_logprobs or [0.0] * len(step.action_ids))
+        if rows and layout == "merged" and not step.drift:
+            prompt, response, mask, lps, segments = rows[-1]
+            full = [*prompt, *response]
+            if step.observation_ids[: len(full)] == full:
+                feedback = step.observation_ids[len(full):]
+                response += [*feedback, *step.action_ids]
+                mask += [0] * len(feedback) + [1] * len(step.action_ids)
+                lps += [0.0] * len(feedback) + logprobs
+                segments.append((step.index, len(response) - len(step.action_ids), len(response)))
+                continue
+        rows.append((list(step.observation_ids), list(step.action_ids), [1] * len(step.action_ids), logprobs,
+                     [(step.index, 0, len(step.action_ids))]))
+    return rows
