@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 import typer
 
@@ -14,6 +15,12 @@ def gateway(
     host: str = typer.Option("127.0.0.1", "--host", envvar="AGENTR1_HOST"),
     port: int = typer.Option(8000, "--port", envvar="AGENTR1_PORT"),
     device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+    backend: str = typer.Option("local", "--backend", envvar="AGENTR1_BACKEND",
+                                help="local (embedded engine), sglang or vllm (the servers at --backend-url; --model "
+                                     "is then the served model's local directory, for its tokenizer), or litellm "
+                                     "(the external model --model, e.g. openai/gpt-4o-mini; recorded, not trainable)."),
+    backend_url: list[str] = typer.Option([], "--backend-url",
+                                          help="A SGLang/vLLM server URL (repeat for several), or LiteLLM's api_base."),
     admin_key: str | None = typer.Option(None, "--admin-key", envvar="AGENTR1_ADMIN_KEY",
                                          help="Enables /admin/* and protects session routes."),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
@@ -36,13 +43,20 @@ def gateway(
     except ModuleNotFoundError as exc:
         typer.secho(f"error: the gateway needs `pip install 'agentr1[gateway]'` ({exc.name} missing)", fg="red", err=True)
         raise typer.Exit(2) from exc
+    if backend not in ("local", "sglang", "vllm", "litellm"):
+        typer.secho(f"error: --backend must be local, sglang, vllm or litellm, not {backend!r}", fg="red", err=True)
+        raise typer.Exit(2)
+    if backend in ("sglang", "vllm") and not backend_url:
+        typer.secho(f"error: --backend {backend} needs --backend-url (each server's address)", fg="red", err=True)
+        raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if otlp_endpoint:
         from agentr1.gateway.tracing import configure_otlp
 
         configure_otlp(otlp_endpoint)
     settings = GatewaySettings(
-        model=model, db=db, host=host, port=port, device=device, admin_key=admin_key,
+        model=model, db=db, host=host, port=port, device=device, admin_key=admin_key, backend=cast(Any, backend),
+        backend_urls=backend_url,
         served_model_name=served_model_name, accept_any_model=accept_any_model, auto_session=not require_session,
         durable_writes=durable_writes,
     )

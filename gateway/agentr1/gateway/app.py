@@ -24,6 +24,10 @@ log = logging.getLogger("agentr1.gateway")
 
 
 def _default_backend(settings: GatewaySettings) -> Backend:
+    if settings.backend != "local":
+        from agentr1.gateway.backends.factory import remote_backend
+
+        return remote_backend(settings)
     from agentr1.gateway.backends.local import LocalBackend
     from agentr1.gateway.models import resolve_model
 
@@ -37,6 +41,8 @@ def _default_renderer(settings: GatewaySettings, backend: Backend) -> Any:
     from agentr1.gateway.rendering import load_renderer
 
     tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None and not backend.trainable:  # an external model (litellm): nothing to render
+        return None
     return load_renderer(tokenizer if tokenizer is not None else resolve_model(settings.model))
 
 

@@ -15,7 +15,10 @@ class GatewaySettings(BaseSettings):
     served_model_name: str | None = Field(None, description="Model id under /v1/models (default: from the model).")
     model_aliases: list[str] = Field(default_factory=list, description="Other model names accepted in requests.")
     accept_any_model: bool = Field(False, description="Serve the policy whatever model name a request asks for.")
-    backend: Literal["local"] = "local"
+    # local (embedded engine), sglang or vllm (servers at backend_urls; `model` is then the served model's
+    # directory, for its tokenizer), litellm (the external model `model`; not trainable). docs/backends.md
+    backend: Literal["local", "sglang", "vllm", "litellm"] = "local"
+    backend_urls: list[str] = Field(default_factory=list, description="SGLang/vLLM server URLs, or LiteLLM's api_base.")
     device: str = "auto"
     max_batch_size: int = 32
     db: str = "sqlite:///agentr1.db"

@@ -1,7 +1,8 @@
 """Backends behind the gateway: one interface (:class:`Backend`), token ids in and out.
 
-``LocalBackend`` (HF transformers in this process) is imported lazily: importing this package
-does not import torch.
+``LocalBackend`` (HF transformers in this process), ``SGLangBackend``, ``VLLMBackend`` and
+``LiteLLMBackend`` (docs/backends.md) are imported lazily: importing this package does not import
+torch.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from .litellm_backend import LiteLLMBackend
     from .local import LocalBackend
+    from .sglang import SGLangBackend
+    from .vllm import VLLMBackend
 
 __all__ = [
     "Backend",
@@ -32,16 +36,22 @@ __all__ = [
     "FinishReason",
     "GenerateRequest",
     "GenerateResult",
+    "LiteLLMBackend",
     "LocalBackend",
+    "SGLangBackend",
     "SamplingParams",
     "StreamDelta",
     "TokenLogprob",
+    "VLLMBackend",
 ]
+
+_LAZY = {"LocalBackend": ".local", "SGLangBackend": ".sglang", "VLLMBackend": ".vllm",
+         "LiteLLMBackend": ".litellm_backend"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "LocalBackend":
-        from .local import LocalBackend
+    if name in _LAZY:
+        import importlib
 
-        return LocalBackend
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,6 @@
-"""What the HTTP backends (SGLang, vLLM) share: a pool of servers with sticky routing, retries with
-exponential backoff and failover, and a gate that holds new requests while weights change.
-
-Routing. A request's route key (:func:`route_key`) picks its server by rendezvous hashing
-(highest random weight): a key always prefers the same server, in every gateway process and
-across restarts, so the calls of one session land on one server and reuse its prefix cache.
-When that server is down the key falls over to its second choice; only the keys whose first
-choice failed move. Requests without a key go to the server with the fewest requests in flight.
+"""What the HTTP backends (SGLang, vLLM) share: retries with exponential backoff and failover over
+a :class:`~._http.ServerPool` (sticky routing: see :mod:`._http`), and a gate that holds new
+requests while weights change.
 
 Failures. A connection error marks the server down for a cooldown that doubles while it keeps
 failing (a success or a passing health probe clears it) and the request moves to the next server
@@ -14,167 +9,34 @@ at once. 429 and 5xx answers are retried with exponential backoff (``Retry-After
 own message (status 400 for 400/413/422, else 502). When the attempts run out, connection failures,
 429 and 503 end as :class:`BackendUnavailable` (the gateway answers 503 + Retry-After), anything
 else as a 502 :class:`BackendError`. A timeout is not retried: the generation was probably running.
+A non-streamed request that a weight update aborted is sampled again once the new weights are in.
 
 Gate. ``pause()`` and ``update_weights()`` close the gate: new requests wait (up to
-``gate_timeout_s``, then 503) and the requests in flight drain before the servers are touched, so a
-response is sampled by one policy version, as with the local backend.
+``gate_timeout_s``, then 503) and the requests in flight drain (up to ``drain_timeout_s`` for an
+update) before the servers are touched, so a response is sampled by one policy version, as with
+the local backend.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import replace
+from functools import partial
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 import httpx
 
-from .base import BackendError, BackendUnavailable, GenerateRequest
+from ._http import Retry, Server, ServerPool, error_message, route_key, transport_error
+from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, StreamDelta
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-SESSION_PREFIX = "session:"
-
-
-def route_key(request: GenerateRequest) -> str | None:
-    """The key that keeps a session on one server: ``request.session_id`` if the request has one,
-    else ``<id>`` from a request id of the form ``"session:<id>:<rest>"``, else None."""
-    session = getattr(request, "session_id", None)
-    if session:
-        return str(session)
-    rid = request.request_id
-    if rid.startswith(SESSION_PREFIX):
-        key, sep, _ = rid[len(SESSION_PREFIX):].partition(":")
-        if key and sep:
-            return key
-    return None
-
-
-def _weight(key: str, url: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{key}\0{url}".encode(), digest_size=8).digest(), "big")
-
-
-@dataclass
-class Server:
-    url: str
-    in_flight: int = 0
-    failures: int = 0
-    down_until: float = 0.0
-    stale: bool = False  # missed a weight update: out of rotation until one succeeds on it
-    served: int = 0
-
-    @property
-    def up(self) -> bool:
-        return not self.stale and time.monotonic() >= self.down_until
-
-
-class ServerPool:
-    def __init__(self, urls: list[str], *, cooldown_s: float = 1.0, max_cooldown_s: float = 30.0) -> None:
-        unique = list(dict.fromkeys(u.rstrip("/") for u in urls))
-        if not unique:
-            raise ValueError("at least one server URL is needed")
-        self.servers = [Server(u) for u in unique]
-        self.cooldown_s, self.max_cooldown_s = cooldown_s, max_cooldown_s
-        self._turn = 0
-
-    def ranked(self, key: str | None) -> list[Server]:
-        """The order to try servers in: up ones first (rendezvous order for a key, least loaded
-        otherwise), then the down ones, soonest back first. Stale servers only if nothing else."""
-        if key is None:
-            self._turn += 1
-            n = len(self.servers)
-            rotated = [self.servers[(i + self._turn) % n] for i in range(n)]
-            order = sorted(rotated, key=lambda s: s.in_flight)
-        else:
-            order = sorted(self.servers, key=lambda s: _weight(key, s.url), reverse=True)
-        up = [s for s in order if s.up]
-        down = sorted((s for s in order if not s.up and not s.stale), key=lambda s: s.down_until)
-        return up + down or order
-
-    def mark_down(self, server: Server, reason: str) -> None:
-        server.failures += 1
-        cooldown = min(self.max_cooldown_s, self.cooldown_s * 2 ** (server.failures - 1))
-        server.down_until = time.monotonic() + cooldown
-        log.warning("backend server %s is down for %.1f s: %s", server.url, cooldown, reason)
-
-    def mark_up(self, server: Server) -> None:
-        if server.failures:
-            log.info("backend server %s is back", server.url)
-        server.failures, server.down_until = 0, 0.0
-
-
-class Retry(Exception):
-    """An attempt failed in a way that another attempt may not; ``error`` is raised if none is left."""
-
-    def __init__(self, error: BackendError, *, wait: float | None = None, server_down: bool = False) -> None:
-        super().__init__(str(error))
-        self.error, self.wait, self.server_down = error, wait, server_down
-
-
-def error_message(response: httpx.Response) -> str:
-    """The message of an error answer in any of the shapes servers use: ``{"error": {"message"}}``
-    (OpenAI, vLLM, SGLang's native API), ``{"message"}``, ``{"detail"}`` (FastAPI) or plain text."""
-    try:
-        body = response.json()
-    except (ValueError, json.JSONDecodeError):
-        return response.text.strip()[:500] or response.reason_phrase
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        for field in ("error", "message", "detail"):
-            if isinstance(body.get(field), str | list):
-                return str(body[field])[:500]
-    return str(body)[:500]
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
-def check(response: httpx.Response, what: str) -> None:
-    """Raise for an error answer: :class:`Retry` when another attempt may succeed, else BackendError."""
-    status = response.status_code
-    if status < 400:
-        return
-    message = f"{what} answered {status}: {error_message(response)}"
-    wait = _retry_after(response)
-    if status == 429 or status >= 500:
-        error = (BackendUnavailable(message, retry_after=wait or 1.0) if status in (429, 503)
-                 else BackendError(message))
-        raise Retry(error, wait=wait)
-    raise BackendError(message, status_code=400 if status in (400, 413, 422) else 502)
-
-
-def transport_error(exc: httpx.HTTPError, server: Server, timeout: float) -> Exception:
-    """What a failed connection means: the server is down (retry elsewhere), or it timed out."""
-    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
-        return BackendError(f"{server.url} did not answer within {timeout:g} s ({type(exc).__name__})",
-                            status_code=504)
-    return Retry(BackendUnavailable(f"{server.url} is unreachable: {type(exc).__name__}: {exc}",
-                                    retry_after=2.0), server_down=True)
-
-
-async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON payloads of a ``text/event-stream`` body (``data: {...}`` lines), up to ``[DONE]``."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        if data:
-            yield json.loads(data)
 
 
 class RemoteBase:
@@ -240,19 +102,21 @@ class RemoteBase:
         async def one(server: Server) -> bool:
             try:
                 r = await self.client.get(server.url + self.health_path, timeout=self.health_timeout_s)
-                ok = r.status_code == 200
+                ok, why = r.status_code == 200, f"health check answered {r.status_code}"
             except httpx.HTTPError as exc:
-                ok, r = False, exc
-            (self.pool.mark_up if ok else lambda s: self.pool.mark_down(s, f"health check: {r}"))(server)
+                ok, why = False, f"health check failed: {exc!r}"
+            if ok:
+                self.pool.mark_up(server)
+            else:
+                self.pool.mark_down(server, why)
             return ok
 
         results = await asyncio.gather(*(one(s) for s in self.pool.servers))
         return {s.url: ok for s, ok in zip(self.pool.servers, results, strict=True)}
 
     async def _discover(self) -> None:
-        """Fill in model_name and max_context from ``/v1/models`` where they were not given."""
-        if self.model_name and self.max_context:
-            return
+        """Fill in model_name and max_context from ``/v1/models`` where they were not given, and warn
+        when the tokenizer directory does not look like the served model (prompts would be wrong)."""
         for server in self.pool.servers:
             try:
                 r = await self.client.get(server.url + "/v1/models", timeout=self.health_timeout_s)
@@ -262,12 +126,55 @@ class RemoteBase:
             if card:
                 self.model_name = self.model_name or str(card.get("id", ""))
                 self.max_context = self.max_context or int(card.get("max_model_len") or 0)
+                served = {PurePath(str(card.get(k) or "")).name for k in ("id", "root")} - {""}
+                if isinstance(self.tokenizer, str) and PurePath(self.tokenizer).name not in served:
+                    log.warning("%s backend: prompts are rendered with the tokenizer in %s but %s serves %s; they "
+                                "must be the same model", self.name, self.tokenizer, server.url, sorted(served))
                 break
         if not self.max_context:
             raise BackendUnavailable(f"no {self.name} server answered /v1/models at "
                                      f"{[s.url for s in self.pool.servers]}; pass max_context to start anyway",
                                      retry_after=5.0)
         self.model_name = self.model_name or self.name
+
+    # -- generation: subclasses implement _generate_once and _stream_once ------------------
+
+    async def _generate_once(self, server: Server, attempt: int, *, request: GenerateRequest) -> GenerateResult:
+        raise NotImplementedError
+
+    def _stream_once(self, server: Server, attempt: int, *,
+                     request: GenerateRequest) -> AsyncGenerator[StreamDelta, None]:
+        raise NotImplementedError
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        key = route_key(request)
+        for again in range(self.retries + 1):
+            if again:  # a fresh request id: the server may still know the aborted one
+                request = replace(request, request_id=f"{request.request_id or 'agentr1'}-again{again}")
+            await self._enter()
+            epoch = self._epoch
+            try:
+                result = await self._attempts(key, partial(self._generate_once, request=request))
+            finally:
+                self._leave()
+            if result.finish_reason == "abort" and (self._updating or self._epoch != epoch):
+                continue  # aborted by a weight update: sample again, from the new weights only
+            return result
+        return result
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
+        """Deltas as the server streams them; the last carries the result. Another server is tried
+        only while nothing was yielded."""
+        return self._stream(request)
+
+    async def _stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
+        await self._enter()
+        try:
+            async for delta in self._stream_attempts(
+                    route_key(request), partial(self._stream_once, request=request)):
+                yield delta
+        finally:
+            self._leave()
 
     # -- the gate -------------------------------------------------------------------------
 
@@ -353,6 +260,34 @@ class RemoteBase:
         backoff = self.backoff_s * 2**attempt if exc.wait is None else exc.wait
         return min(self.max_backoff_s, backoff)
 
+    def _settle_update(self, version: int, updated: list[Server], failures: dict[str, str]) -> int:
+        """After a weight update on ``updated`` with ``failures`` (url -> why): raise if no server took
+        the new weights; else take the failed and the skipped ones out of rotation (stale) and move
+        to ``version``."""
+        if len(failures) == len(updated):
+            detail = "; ".join(f"{url}: {message}" for url, message in failures.items())
+            raise BackendError(f"the weight update failed on every {self.name} server ({detail})")
+        answered = {s.url for s in updated}
+        for server in self.pool.servers:
+            if server.url in failures or server.url not in answered:
+                server.stale = True
+                log.error("%s server %s missed weight version %d: out of rotation until an update succeeds on it "
+                          "(%s)", self.name, server.url, version, failures.get(server.url, "down during the update"))
+            else:
+                server.stale = False
+        self._version = version
+        self._epoch += 1
+        log.info("%s backend: weights updated on %d servers, policy version %d", self.name,
+                 len(updated) - len(failures), version)
+        return version
+
+    def _update_targets(self) -> list[Server]:
+        now = time.monotonic()
+        targets = [s for s in self.pool.servers if now >= s.down_until]
+        if not targets:
+            raise BackendUnavailable(f"no {self.name} server is up to load the weights", retry_after=5.0)
+        return targets
+
     async def _post(self, server: Server, path: str, body: Any = None, **kw: Any) -> httpx.Response:
         try:
             return await self.client.post(server.url + path, json=body, **kw)
@@ -371,3 +306,9 @@ class RemoteBase:
                 return exc
 
         return list(zip(targets, await asyncio.gather(*(one(s) for s in targets)), strict=True))
+
+    def _log_failures(self, what: str, answers: list[tuple[Server, httpx.Response | Exception]]) -> None:
+        for server, answer in answers:
+            if isinstance(answer, Exception) or answer.status_code >= 400:
+                detail = answer if isinstance(answer, Exception) else f"{answer.status_code} {error_message(answer)}"
+                log.warning("could not %s %s server %s: %s", what, self.name, server.url, detail)

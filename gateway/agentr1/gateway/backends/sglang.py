@@ -38,14 +38,14 @@ http_server.py``, ``managers/io_struct.py``, ``managers/tokenizer_manager.py``,
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 
-from ._remote import RemoteBase, Retry, Server, check, route_key, sse_events, transport_error
+from ._http import Retry, Server, check, sse_events, transport_error
+from ._remote import RemoteBase
 from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
 __all__ = ["SGLangBackend"]
@@ -53,6 +53,14 @@ __all__ = ["SGLangBackend"]
 log = logging.getLogger(__name__)
 
 GREEDY_BELOW = 1e-5  # as the local engine: temperatures below this decode greedily
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _new(items: list[Any], total: int, seen: int, what: str) -> list[Any]:
@@ -100,8 +108,10 @@ class SGLangBackend(RemoteBase):
     ``model_name`` and ``max_context`` default to what ``/v1/models`` says. ``tokenizer`` (a HF
     tokenizer or a local model directory with the served model's tokenizer) is what the gateway
     renders prompts with. ``pause_mode``: how ``/pause_generation`` treats requests that are still
-    running once the gateway's own have drained (``drain_timeout_s``): "abort" (they end with
-    finish_reason abort; the gateway's own are sampled again after the update) or "retract"."""
+    running once the gateway's own have drained (``drain_timeout_s``): "abort" (default: they end
+    with finish_reason abort, and the gateway's own are sampled again after the update) or
+    "retract" (they resume after it, so their tokens mix two policies). Not "in_place": the paused
+    requests would hold the lock that ``/update_weights_from_disk`` waits for."""
 
     name = "sglang"
 
@@ -160,33 +170,7 @@ class SGLangBackend(RemoteBase):
             body["top_logprobs_num"] = p.top_logprobs
         return body
 
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        key = route_key(request)
-        for _ in range(self.retries + 1):
-            await self._enter()
-            epoch = self._epoch
-            try:
-                result = await self._attempts(key, lambda server, attempt: self._generate_once(server, request, attempt))
-            finally:
-                self._leave()
-            if result.finish_reason == "abort" and (self._updating or self._epoch != epoch):
-                continue  # aborted by a weight update: sample again, from the new weights only
-            return result
-        return result
-
-    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
-        return self._stream(request)
-
-    async def _stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
-        await self._enter()
-        try:
-            async for delta in self._stream_attempts(
-                    route_key(request), lambda server, attempt: self._stream_once(server, request, attempt)):
-                yield delta
-        finally:
-            self._leave()
-
-    async def _generate_once(self, server: Server, request: GenerateRequest, attempt: int) -> GenerateResult:
+    async def _generate_once(self, server: Server, attempt: int, *, request: GenerateRequest) -> GenerateResult:
         r = await self._post(server, "/generate", self.payload(request, stream=False, attempt=attempt))
         check(r, f"SGLang {server.url}")
         body = r.json()
@@ -194,8 +178,8 @@ class SGLangBackend(RemoteBase):
         out.add(body)
         return self._result(out, body.get("meta_info") or {}, request)
 
-    async def _stream_once(self, server: Server, request: GenerateRequest,
-                           attempt: int) -> AsyncGenerator[StreamDelta, None]:
+    async def _stream_once(self, server: Server, attempt: int, *,
+                           request: GenerateRequest) -> AsyncGenerator[StreamDelta, None]:
         out = _Output(request.sampling.top_logprobs)
         body = self.payload(request, stream=True, attempt=attempt)
         try:
@@ -251,10 +235,7 @@ class SGLangBackend(RemoteBase):
             try:
                 await self._drain(self.drain_timeout_s)
                 version = self._version + 1
-                now = time.monotonic()
-                targets = [s for s in self.pool.servers if now >= s.down_until]
-                if not targets:
-                    raise BackendError("no SGLang server is up to load the weights", status_code=503)
+                targets = self._update_targets()
                 await self._broadcast("/pause_generation", {"mode": self.pause_mode}, servers=targets)
                 try:
                     answers = await self._broadcast(
@@ -271,42 +252,23 @@ class SGLangBackend(RemoteBase):
         failures: dict[str, str] = {}
         refused = 0
         for server, answer in answers:
-            if isinstance(answer, httpx.Response) and answer.status_code == 200 and answer.json().get("success"):
-                server.stale = False
+            body = _json(answer) if isinstance(answer, httpx.Response) else {}
+            if isinstance(answer, httpx.Response) and answer.status_code == 200 and body.get("success"):
                 continue
-            if isinstance(answer, httpx.Response):
-                refused += answer.status_code == 400
-                body = answer.json() if answer.headers.get("content-type", "").startswith("application/json") else {}
-                failures[server.url] = str(body.get("message") or answer.text)[:500]
-            else:
-                failures[server.url] = str(answer)
-        if len(failures) == len(answers):
+            refused += isinstance(answer, httpx.Response) and answer.status_code == 400
+            failures[server.url] = (str(body.get("message") or answer.text)[:500]
+                                    if isinstance(answer, httpx.Response) else str(answer))
+        if failures and refused == len(answers):  # every server kept its old weights: nothing changed
             detail = "; ".join(f"{url}: {message}" for url, message in failures.items())
-            if refused == len(answers):
-                raise ValueError(f"SGLang could not load the weights ({detail})")
-            raise BackendError(f"the weight update failed on every SGLang server ({detail})")
-        answered = {server.url for server, _ in answers}
-        for server in self.pool.servers:
-            if server.url in failures or server.url not in answered:
-                server.stale = True
-                log.error("SGLang server %s missed weight version %d: out of rotation (%s)", server.url, version,
-                          failures.get(server.url, "down during the update"))
-        self._version = version
-        self._epoch += 1
-        log.info("sglang backend: weights updated on %d servers, policy version %d",
-                 len(answers) - len(failures), version)
-        return version
+            raise ValueError(f"SGLang could not load the weights ({detail})")
+        return self._settle_update(version, [s for s, _ in answers], failures)
 
     async def pause(self) -> None:
         """Hold new requests, wait for the gateway's requests in flight, then pause every server."""
         self._paused = True
         await self._drain(None)
-        for server, answer in await self._broadcast("/pause_generation", {"mode": self.pause_mode}):
-            if isinstance(answer, Exception):
-                log.warning("could not pause SGLang server %s: %s", server.url, answer)
+        self._log_failures("pause", await self._broadcast("/pause_generation", {"mode": self.pause_mode}))
 
     async def resume(self) -> None:
-        for server, answer in await self._broadcast("/continue_generation", {}):
-            if isinstance(answer, Exception):
-                log.warning("could not resume SGLang server %s: %s", server.url, answer)
+        self._log_failures("resume", await self._broadcast("/continue_generation", {}))
         self._paused = False

@@ -1,0 +1,334 @@
+"""A fake SGLang server: SGLang 0.5.x's HTTP protocol, answered by the real local engine
+(:class:`agentr1.gateway.backends.local.LocalBackend` on a tiny random model), so the token ids,
+logprobs and finish reasons it returns are real and a client that works with it speaks SGLang.
+
+What it implements, as the released server does (sgl-project/sglang python/sglang/srt/
+entrypoints/http_server.py, managers/io_struct.py, managers/tokenizer_manager.py,
+sampling/sampling_params.py, managers/schedule_batch.py; DESIGN.md section 4):
+
+- ``POST|PUT /generate``: GenerateReqInput {text | input_ids, sampling_params, rid, return_logprob,
+  logprob_start_len, top_logprobs_num, stream}; other top-level fields are ignored (a dataclass
+  body). ``sampling_params`` become ``SamplingParams(**sampling_params)``: an unknown key is
+  refused with 400 ``{"error": {"message": "...unexpected keyword argument '<key>'"}}``; defaults
+  max_new_tokens=128, temperature=1.0, top_p=1.0, top_k=-1 (whole vocabulary),
+  skip_special_tokens=True; temperature below 1e-6 decodes greedily; verify()'s limits -> 400;
+  stop strings are refused under ``skip_tokenizer_init``. Answer {text, output_ids, meta_info{id,
+  finish_reason, prompt_tokens, completion_tokens, cached_tokens, weight_version, e2e_latency,
+  output_token_logprobs [[logprob, id, null]], output_top_logprobs}}; no ``text`` under
+  skip_tokenizer_init. Streaming: ``data: {...}`` events (text cumulative; output_ids and logprob
+  lists cumulative, or incremental with ``stream_output=True`` as ``--stream-output``), errors
+  in-band as ``data: {"error": {"message"}}``, then ``data: [DONE]``.
+- ``/health``, ``/health_generate``, ``/get_model_info`` (``/model_info``), ``/get_weight_version``,
+  ``/v1/models``, ``/flush_cache``, ``/abort_request``, ``/update_weights_from_disk`` {model_path,
+  weight_version} -> {success, message, num_paused_requests} (400 with success false, old weights
+  kept), ``/pause_generation`` {mode: abort | retract | in_place} (new requests wait; abort ends the
+  running ones with finish_reason abort), ``/continue_generation``.
+
+Limits of the fake, not of SGLang: min_p, penalties, n, grammars, ignore_eos and logit_bias only
+at their neutral values (400 otherwise); stop_regex is refused. For tests: ``state.fail_next``
+(statuses the next /generate calls answer with), ``state.unhealthy``, ``state.requests`` (bodies
+received) and ``state.calls`` (control endpoints called, in order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from tokenizers import Tokenizer
+
+from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
+
+SAMPLING_KEYS = {
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
+    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+    "custom_params", "stream_interval", "logit_bias", "sampling_seed",
+}
+NEUTRAL = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+           "min_new_tokens": 0, "n": 1, "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None,
+           "ignore_eos": False, "logit_bias": None, "stop_regex": None}
+TOP_K_ALL = 1 << 30
+
+
+@dataclass
+class FakeSGLangState:
+    engine: Any
+    model_path: str
+    served_model_name: str
+    context_len: int
+    stream_output: bool = False
+    skip_tokenizer_init: bool = False
+    weight_version: str = "default"
+    paused: bool = False
+    unhealthy: bool = False
+    fail_next: list[int] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    running: dict[str, asyncio.Task[Any] | None] = field(default_factory=dict)
+    aborted: set[str] = field(default_factory=set)
+    decoder: Any = None
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": {"message": message}}, status_code=status)
+
+
+def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateRequest, dict[str, Any]]:
+    """GenerateReqInput + SamplingParams(**...) + normalize() + verify(), as the tokenizer manager."""
+    ids, text = body.get("input_ids"), body.get("text")
+    if ids is None and text is None:
+        raise ValueError("Either text, input_ids or input_embeds should be provided.")
+    if ids is None:
+        if state.skip_tokenizer_init:
+            raise ValueError("text input requires the tokenizer; the server runs with skip_tokenizer_init")
+        ids = state.decoder.encode(text, add_special_tokens=False).ids
+    sp = dict(body.get("sampling_params") or {})
+    unknown = sorted(set(sp) - SAMPLING_KEYS)
+    if unknown:
+        raise ValueError(f"SamplingParams.__init__() got an unexpected keyword argument '{unknown[0]}'")
+    for key, neutral in NEUTRAL.items():
+        if sp.get(key) not in (neutral, None):
+            raise ValueError(f"fake SGLang: {key}={sp[key]!r} is not supported by the local engine")
+    max_new = 128 if sp.get("max_new_tokens") is None else int(sp["max_new_tokens"])
+    temperature = 1.0 if sp.get("temperature") is None else float(sp["temperature"])
+    top_p = 1.0 if sp.get("top_p") is None else float(sp["top_p"])
+    top_k = -1 if sp.get("top_k") is None else int(sp["top_k"])
+    if temperature < 0:
+        raise ValueError(f"temperature must be a non-negative finite number, got {temperature}.")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}.")
+    if top_k < 1 and top_k != -1:
+        raise ValueError(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
+    if max_new < 0:
+        raise ValueError(f"max_new_tokens must be at least 0, got {max_new}.")
+    stop = sp.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    if stop and state.skip_tokenizer_init:
+        raise ValueError(f"stop={stop!r} is unavailable when skip_tokenizer_init=True (requires tokenizer to "
+                         "decode tokens to text for matching).")
+    if len(ids) >= state.context_len:
+        raise ValueError(f"The input ({len(ids)} tokens) is longer than the model's context length "
+                         f"({state.context_len} tokens).")
+    if len(ids) + max_new > state.context_len:
+        raise ValueError(f"Requested token count exceeds the model's maximum context length of {state.context_len} "
+                         f"tokens. You requested a total of {len(ids) + max_new} tokens: {len(ids)} tokens from the "
+                         f"input messages and {max_new} tokens for the completion. Please reduce the number of tokens "
+                         "in the input messages or the completion to fit within the limit.")
+    if max_new == 0:
+        raise ValueError("fake SGLang: max_new_tokens=0 is not supported by the local engine")
+    greedy = temperature < 1e-6
+    params = SamplingParams(
+        max_new_tokens=max_new, temperature=0.0 if greedy else temperature, top_p=top_p,
+        top_k=0 if top_k in (-1, TOP_K_ALL) else top_k, stop=stop,
+        stop_token_ids=[int(t) for t in sp.get("stop_token_ids") or []], seed=sp.get("sampling_seed"),
+        top_logprobs=int(body.get("top_logprobs_num") or 0) if body.get("return_logprob") else 0)
+    rid = str(body.get("rid") or f"{time.time_ns():x}")
+    options = {"rid": rid, "return_logprob": bool(body.get("return_logprob")),
+               "skip_special_tokens": sp.get("skip_special_tokens", True) is not False,
+               "no_stop_trim": bool(sp.get("no_stop_trim")), "stream": bool(body.get("stream"))}
+    return GenerateRequest(prompt_ids=[int(t) for t in ids], sampling=params, request_id=rid), options
+
+
+def _finish(result: GenerateResult | None, max_new: int, aborted: bool) -> dict[str, Any] | None:
+    if aborted:
+        return {"type": "abort", "message": "Abort in waiting queue", "status_code": None, "err_type": None}
+    if result is None:
+        return None
+    if result.finish_reason == "length":
+        return {"type": "length", "length": max_new}
+    if result.finish_reason == "abort":
+        return {"type": "abort", "message": "aborted by the engine"}
+    return {"type": "stop", "matched": result.matched_stop}
+
+
+def _body(state: FakeSGLangState, req: GenerateRequest, opts: dict[str, Any], ids: list[int], lps: list[float],
+          tops: list[Any] | None, finish: dict[str, Any] | None, started: float, sent: int) -> dict[str, Any]:
+    """One answer, or one stream event (``sent``: tokens already streamed, for incremental events)."""
+    cut = sent if opts["stream"] and state.stream_output else 0
+    meta: dict[str, Any] = {"id": opts["rid"], "finish_reason": finish, "prompt_tokens": len(req.prompt_ids),
+                            "weight_version": state.weight_version, "completion_tokens": len(ids),
+                            "cached_tokens": 0, "e2e_latency": time.monotonic() - started}
+    if opts["return_logprob"]:
+        meta["input_token_logprobs"] = []
+        meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids, strict=True)][cut:]
+        if req.sampling.top_logprobs:
+            meta["input_top_logprobs"] = []
+            meta["output_top_logprobs"] = [[[x.logprob, x.token_id, None] for x in top] for top in tops or []][cut:]
+    out: dict[str, Any] = {"output_ids": ids[cut:], "meta_info": meta}
+    if not state.skip_tokenizer_init:
+        text = state.decoder.decode(ids, skip_special_tokens=opts["skip_special_tokens"])
+        matched = (finish or {}).get("matched")
+        if isinstance(matched, str) and not opts["no_stop_trim"] and matched in text:
+            text = text[: text.index(matched)]
+        out = {"text": text, **out}
+    return out
+
+
+def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | None = None,
+               context_len: int | None = None, stream_output: bool = False,
+               skip_tokenizer_init: bool = False) -> FastAPI:
+    """A fake SGLang server on ``engine`` (a started LocalBackend); its state is ``app.state.fake``."""
+    state = FakeSGLangState(engine=engine, model_path=str(model_path),
+                            served_model_name=served_model_name or str(model_path),
+                            context_len=context_len or engine.max_context, stream_output=stream_output,
+                            skip_tokenizer_init=skip_tokenizer_init,
+                            decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")))
+    app = FastAPI()
+    app.state.fake = state
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request) -> Response:
+        body = await request.json()
+        state.requests.append(body)
+        if state.fail_next:
+            status = state.fail_next.pop(0)
+            return Response("Internal Server Error" if status == 500 else b"", status_code=status)
+        while state.paused:  # tokenizer manager: requests wait on is_pause_cond
+            await asyncio.sleep(0.01)
+        if body.get("stream"):
+            return StreamingResponse(_events(body), media_type="text/event-stream")
+        try:
+            req, opts = _parse(body, state)
+        except ValueError as exc:
+            return _error(str(exc))
+        started = time.monotonic()
+        task = asyncio.ensure_future(state.engine.generate(req))
+        state.running[opts["rid"]] = task
+        try:
+            result: GenerateResult | None = await task
+        except asyncio.CancelledError:
+            if opts["rid"] not in state.aborted:
+                raise
+            result = None
+        finally:
+            state.running.pop(opts["rid"], None)
+        aborted = result is None
+        ids, lps = ([], []) if aborted else (result.output_ids, result.logprobs)
+        tops = None if aborted else result.top_logprobs
+        finish = _finish(result, req.sampling.max_new_tokens, aborted)
+        return JSONResponse(_body(state, req, opts, ids, lps, tops, finish, started, 0))
+
+    async def _events(body: dict[str, Any]) -> Any:
+        def event(payload: dict[str, Any]) -> bytes:
+            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+        try:
+            req, opts = _parse(body, state)
+        except ValueError as exc:  # after the 200: the error is reported in-band
+            yield event({"error": {"message": str(exc)}})
+            yield b"data: [DONE]\n\n"
+            return
+        started, rid = time.monotonic(), opts["rid"]
+        state.running[rid] = None
+        ids: list[int] = []
+        lps: list[float] = []
+        tops: list[Any] = []
+        sent = 0
+        try:
+            if req.sampling.top_logprobs:  # top logprobs come with the result: replay it token by token
+                whole = await state.engine.generate(req)
+                deltas: Any = [([t], [lp], [top], None) for t, lp, top
+                               in zip(whole.output_ids, whole.logprobs, whole.top_logprobs or [], strict=True)]
+                deltas[-1] = (*deltas[-1][:3], whole)
+            else:
+                deltas = state.engine.stream(req)
+            async for token_ids, logprobs, new_tops, result in _as_async(deltas):
+                ids, lps, tops = ids + token_ids, lps + logprobs, tops + new_tops
+                finish = _finish(result, req.sampling.max_new_tokens, rid in state.aborted)
+                yield event(_body(state, req, opts, ids, lps, tops, finish, started, sent))
+                sent = len(ids)
+                if finish is not None:
+                    break
+        finally:
+            state.running.pop(rid, None)
+        yield b"data: [DONE]\n\n"
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health() -> Response:
+        return Response(status_code=503 if state.unhealthy else 200)
+
+    @app.get("/get_model_info")
+    @app.get("/model_info")
+    async def model_info() -> dict[str, Any]:
+        return {"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True,
+                "preferred_sampling_params": None, "weight_version": state.weight_version}
+
+    @app.get("/get_weight_version")
+    async def weight_version() -> dict[str, Any]:
+        return {"weight_version": state.weight_version}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": state.served_model_name, "object": "model",
+                                            "created": int(time.time()), "owned_by": "sglang",
+                                            "root": state.served_model_name, "max_model_len": state.context_len}]}
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache() -> Response:
+        state.calls.append(("flush_cache", None))
+        return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+                        "waiting requests, the operation will not be performed.)\n", status_code=200)
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request) -> JSONResponse:
+        body = await request.json()
+        state.calls.append(("update_weights_from_disk", body))
+        try:
+            await state.engine.update_weights(body["model_path"])
+        except Exception as exc:
+            return JSONResponse({"success": False, "message": f"Failed to get weights iterator: {exc}. Rolling back "
+                                 "to original weights.", "num_paused_requests": 0}, status_code=400)
+        message = "Succeeded to update model weights."
+        if body.get("weight_version") is not None:
+            state.weight_version = str(body["weight_version"])
+            message += f" Weight version updated to {state.weight_version}."
+        return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request) -> JSONResponse:
+        raw = await request.body()
+        mode = (json.loads(raw) if raw else {}).get("mode", "abort")
+        state.calls.append(("pause_generation", mode))
+        state.paused = True
+        if mode == "abort":
+            for rid, task in list(state.running.items()):
+                state.aborted.add(rid)
+                if task is not None:
+                    task.cancel()
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
+
+    @app.post("/continue_generation")
+    async def continue_generation() -> JSONResponse:
+        state.calls.append(("continue_generation", None))
+        state.paused = False
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> Response:
+        body = await request.json()
+        for rid, task in list(state.running.items()):
+            if body.get("abort_all") or rid == body.get("rid"):
+                state.aborted.add(rid)
+                if task is not None:
+                    task.cancel()
+        return Response(status_code=200)
+
+    return app
+
+
+async def _as_async(deltas: Any) -> Any:
+    """(token_ids, logprobs, top logprobs, result) from a LocalBackend stream or a list of them."""
+    if isinstance(deltas, list):
+        for item in deltas:
+            yield item
+        return
+    async for delta in deltas:
+        yield delta.token_ids, delta.logprobs, [], delta.result

@@ -1,0 +1,310 @@
+"""A fake vLLM server: vLLM's OpenAI-compatible HTTP protocol for ``/v1/completions``, answered by
+the real local engine (:class:`agentr1.gateway.backends.local.LocalBackend` on a tiny random model),
+so the token ids, logprobs and finish reasons it returns are real.
+
+What it implements, as the released server does (vllm-project/vllm vllm/entrypoints/openai/
+protocol.py: CompletionRequest, CompletionResponse, CompletionStreamResponse, CompletionLogProbs,
+ErrorResponse; entrypoints/openai/api_server.py and entrypoints/serve/dev/*):
+
+- ``POST /v1/completions``: prompt as token ids or a string; ``model`` must be the served name
+  (404 NotFoundError otherwise); max_tokens default 16, temperature 1.0, top_p 1.0, top_k 0/-1 =
+  off; logprobs up to ``max_logprobs`` (20) else 400; return_token_ids, return_tokens_as_token_ids,
+  seed, stop, stop_token_ids; fields it does not know are ignored (vLLM logs them); a malformed
+  body is 400 BadRequestError; prompt + max_tokens over max_model_len is 400 with vLLM's message.
+  Errors: ``{"error": {"message", "type", "param", "code"}}``. Logprobs are the local engine's,
+  log_softmax(logits / temperature): vLLM's ``--logprobs-mode processed_logprobs`` with top-k/top-p
+  off. ``top_logprobs`` dicts hold the sampled token and the top k. Token ids include the final
+  end-of-sequence / stop token; ``stop_reason`` is the stop token id or string, null for EOS; the
+  text leaves the stop string out. Streaming: completion chunks with delta text, token_ids
+  (prompt_token_ids on the first) and logprobs, finish_reason on the last, a usage chunk when
+  ``stream_options.include_usage``, then ``data: [DONE]``.
+- ``GET /health``, ``GET /v1/models`` (with ``max_model_len``).
+- With ``dev_mode`` (``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` {method, args} for the
+  worker methods ``update_config({"model_config": {"model": path}})`` and ``reload_weights()`` ->
+  {"results": [null]} (an error is a 500), ``POST /reset_prefix_cache``, ``POST /sleep?level=``,
+  ``POST /wake_up``, ``GET /is_sleeping``, and the newer ``POST /pause?mode=``, ``POST /resume``.
+
+Limits of the fake, not of vLLM: n=1, no echo, no beam search, penalties and min_p only neutral.
+For tests: ``state.fail_next`` (statuses the next completions answer with), ``state.requests``,
+``state.calls`` (control endpoints, in order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from tokenizers import Tokenizer
+
+from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    prompt: list[Annotated[int, Field(ge=0)]] | str
+    echo: bool | None = False
+    logprobs: int | None = None
+    max_tokens: int | None = 16
+    n: int = 1
+    seed: int | None = None
+    stop: str | list[str] | None = []
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop_token_ids: list[int] | None = []
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    return_tokens_as_token_ids: bool | None = None
+    return_token_ids: bool | None = None
+
+
+@dataclass
+class FakeVLLMState:
+    engine: Any
+    model_path: str
+    served_model_name: str
+    max_model_len: int
+    decoder: Any
+    dev_mode: bool = True
+    max_logprobs: int = 20
+    sleeping: bool = False
+    paused: bool = False
+    fail_next: list[int] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+
+def error(message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                        status_code=status)
+
+
+class _Invalid(Exception):
+    def __init__(self, response: JSONResponse) -> None:
+        self.response = response
+
+
+def _to_request(body: CompletionRequest, state: FakeVLLMState) -> GenerateRequest:
+    if body.model is not None and body.model != state.served_model_name:
+        raise _Invalid(error(f"The model `{body.model}` does not exist.", 404, "NotFoundError", "model"))
+    if body.n != 1 or body.echo:
+        raise _Invalid(error("fake vLLM: only n=1 without echo is supported"))
+    for name, neutral in (("min_p", 0.0), ("repetition_penalty", 1.0), ("presence_penalty", 0.0),
+                          ("frequency_penalty", 0.0)):
+        if getattr(body, name) not in (None, neutral):
+            raise _Invalid(error(f"fake vLLM: {name} is not supported by the local engine"))
+    if body.logprobs is not None and body.logprobs > state.max_logprobs:
+        raise _Invalid(error(f"Requested sample logprobs of {body.logprobs}, which is greater than max allowed: "
+                             f"{state.max_logprobs}", param="logprobs"))
+    ids = body.prompt if isinstance(body.prompt, list) else state.decoder.encode(body.prompt).ids
+    max_tokens = 16 if body.max_tokens is None else body.max_tokens
+    if len(ids) + max_tokens > state.max_model_len:
+        raise _Invalid(error(f"This model's maximum context length is {state.max_model_len} tokens. However, you "
+                             f"requested {len(ids) + max_tokens} tokens ({len(ids)} in the messages, {max_tokens} in "
+                             "the completion). Please reduce the length of the messages or completion."))
+    temperature = 1.0 if body.temperature is None else body.temperature
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    return GenerateRequest(prompt_ids=list(ids), request_id=str(getattr(body, "request_id", "") or ""),
+                           sampling=SamplingParams(
+                               max_new_tokens=max_tokens, temperature=0.0 if temperature < 1e-5 else temperature,
+                               top_p=1.0 if body.top_p is None else body.top_p, top_k=max(0, body.top_k or 0),
+                               stop=stop, stop_token_ids=list(body.stop_token_ids or []), seed=body.seed,
+                               top_logprobs=body.logprobs or 0))
+
+
+def _stop_reason(result: GenerateResult, req: GenerateRequest) -> int | str | None:
+    matched = result.matched_stop
+    if result.finish_reason != "stop" or matched is None:
+        return None
+    if isinstance(matched, str) or matched in req.sampling.stop_token_ids:
+        return matched
+    return None  # the end-of-sequence token
+
+
+def _logprobs(state: FakeVLLMState, body: CompletionRequest, ids: list[int], lps: list[float],
+              tops: list[Any] | None, offset: int) -> dict[str, Any] | None:
+    if body.logprobs is None:
+        return None
+
+    def name(token: int) -> str:
+        return f"token_id:{token}" if body.return_tokens_as_token_ids else state.decoder.decode([token])
+
+    top_dicts = []
+    for i, (token, lp) in enumerate(zip(ids, lps, strict=True)):
+        entry = {name(token): lp}
+        for alt in (tops[i] if tops and body.logprobs else [])[: body.logprobs]:
+            entry.setdefault(name(alt.token_id), alt.logprob)
+        top_dicts.append(entry)
+    offsets, position = [], offset
+    for token in ids:
+        offsets.append(position)
+        position += len(state.decoder.decode([token], skip_special_tokens=body.skip_special_tokens))
+    return {"text_offset": offsets, "token_logprobs": lps, "tokens": [name(t) for t in ids],
+            "top_logprobs": top_dicts}
+
+
+def _text(state: FakeVLLMState, body: CompletionRequest, ids: list[int], stop_reason: Any) -> str:
+    text = state.decoder.decode(ids, skip_special_tokens=body.skip_special_tokens)
+    if isinstance(stop_reason, str) and not body.include_stop_str_in_output and stop_reason in text:
+        text = text[: text.index(stop_reason)]
+    return text
+
+
+def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | None = None,
+               max_model_len: int | None = None, dev_mode: bool = True) -> FastAPI:
+    """A fake vLLM server on ``engine`` (a started LocalBackend); its state is ``app.state.fake``."""
+    state = FakeVLLMState(engine=engine, model_path=str(model_path),
+                          served_model_name=served_model_name or str(model_path),
+                          max_model_len=max_model_len or engine.max_context, dev_mode=dev_mode,
+                          decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")))
+    app = FastAPI()
+    app.state.fake = state
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(str(exc.errors()))
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest) -> Response:
+        state.requests.append(body.model_dump(exclude_unset=True))
+        if state.fail_next:
+            status = state.fail_next.pop(0)
+            return error("injected failure", status, "InternalServerError" if status == 500 else "ServiceUnavailable")
+        while state.sleeping or state.paused:
+            await asyncio.sleep(0.01)
+        try:
+            req = _to_request(body, state)
+        except _Invalid as exc:
+            return exc.response
+        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.stream:
+            return StreamingResponse(_chunks(body, req, cid, created), media_type="text/event-stream")
+        result = await state.engine.generate(req)
+        reason = _stop_reason(result, req)
+        choice = {"index": 0, "text": _text(state, body, result.output_ids, reason),
+                  "logprobs": _logprobs(state, body, result.output_ids, result.logprobs, result.top_logprobs, 0),
+                  "finish_reason": result.finish_reason, "stop_reason": reason,
+                  "token_ids": result.output_ids if body.return_token_ids else None, "prompt_logprobs": None,
+                  "prompt_token_ids": req.prompt_ids if body.return_token_ids else None}
+        usage = {"prompt_tokens": len(req.prompt_ids), "total_tokens": len(req.prompt_ids) + len(result.output_ids),
+                 "completion_tokens": len(result.output_ids), "prompt_tokens_details": None}
+        return JSONResponse({"id": cid, "object": "text_completion", "created": created,
+                             "model": state.served_model_name, "choices": [choice], "usage": usage,
+                             "service_tier": None, "system_fingerprint": None, "kv_transfer_params": None})
+
+    async def _chunks(body: CompletionRequest, req: GenerateRequest, cid: str, created: int) -> Any:
+        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
+            payload = {"id": cid, "object": "text_completion", "created": created, "model": state.served_model_name,
+                       "choices": choices, "usage": usage}
+            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+        if body.logprobs:  # top logprobs come with the result: replay it token by token
+            whole = await state.engine.generate(req)
+            deltas: list[Any] = [([t], [lp], None) for t, lp in zip(whole.output_ids, whole.logprobs, strict=True)]
+            deltas[-1] = (*deltas[-1][:2], whole)
+            tops = whole.top_logprobs
+        else:
+            deltas, tops = [], None
+            async for delta in state.engine.stream(req):
+                deltas.append((delta.token_ids, delta.logprobs, delta.result))
+        ids: list[int] = []
+        text = ""
+        for i, (token_ids, lps, result) in enumerate(deltas):
+            start = len(ids)
+            ids += token_ids
+            reason = _stop_reason(result, req) if result is not None else None
+            full = _text(state, body, ids, reason)
+            choice = {"index": 0, "text": full[len(text):],
+                      "logprobs": _logprobs(state, body, token_ids, lps, tops[start:len(ids)] if tops else None,
+                                            len(text)),
+                      "finish_reason": result.finish_reason if result is not None else None,
+                      "stop_reason": reason, "token_ids": token_ids if body.return_token_ids else None}
+            if i == 0 and body.return_token_ids:
+                choice["prompt_token_ids"] = req.prompt_ids
+            text = full
+            yield chunk([choice])
+        if (body.stream_options or {}).get("include_usage"):
+            yield chunk([], {"prompt_tokens": len(req.prompt_ids), "completion_tokens": len(ids),
+                             "total_tokens": len(req.prompt_ids) + len(ids)})
+        yield b"data: [DONE]\n\n"
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": state.served_model_name, "object": "model",
+                                            "created": int(time.time()), "owned_by": "vllm",
+                                            "root": state.model_path, "parent": None,
+                                            "max_model_len": state.max_model_len, "permission": []}]}
+
+    if not dev_mode:
+        return app
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> Response:
+        body = await request.json()
+        method, args = body.get("method"), body.get("args") or []
+        state.calls.append(("collective_rpc", method))
+        try:
+            if method == "update_config":
+                state.model_path = str(args[0]["model_config"]["model"])
+            elif method == "reload_weights":
+                await state.engine.update_weights(state.model_path)
+            else:
+                raise AttributeError(f"'Worker' object has no attribute '{method}'")
+        except Exception as exc:
+            return error(f"{type(exc).__name__}: {exc}", 500, "InternalServerError")
+        return JSONResponse({"results": [None]})
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        state.calls.append(("reset_prefix_cache", None))
+        return Response(status_code=200)
+
+    @app.post("/sleep")
+    async def sleep(level: int = Query(1)) -> Response:
+        state.calls.append(("sleep", level))
+        state.sleeping = True
+        return Response(status_code=200)
+
+    @app.post("/wake_up")
+    async def wake_up() -> Response:
+        state.calls.append(("wake_up", None))
+        state.sleeping = False
+        return Response(status_code=200)
+
+    @app.get("/is_sleeping")
+    async def is_sleeping() -> dict[str, bool]:
+        return {"is_sleeping": state.sleeping}
+
+    @app.post("/pause")
+    async def pause(mode: str = Query("abort")) -> JSONResponse:
+        state.calls.append(("pause", mode))
+        state.paused = True
+        return JSONResponse({"status": "paused"})
+
+    @app.post("/resume")
+    async def resume() -> JSONResponse:
+        state.calls.append(("resume", None))
+        state.paused = False
+        return JSONResponse({"status": "resumed"})
+
+    return app

@@ -1,0 +1,34 @@
+"""`agentr1 gateway --backend ... --backend-url ...`: the flags reach GatewaySettings, bad ones exit 2."""
+
+from __future__ import annotations
+
+import typer
+from typer.testing import CliRunner
+
+from agentr1.cli.gateway import gateway
+
+
+def _cli(monkeypatch, *args: str):
+    seen: dict = {}
+    monkeypatch.setattr("agentr1.gateway.app.create_app", lambda settings: seen.setdefault("settings", settings))
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: None)
+    app = typer.Typer()
+    app.command()(gateway)
+    return CliRunner().invoke(app, list(args)), seen.get("settings")
+
+
+def test_backend_flags_reach_the_settings(monkeypatch):
+    result, settings = _cli(monkeypatch, "--backend", "sglang", "--backend-url", "http://gpu1:30000",
+                            "--backend-url", "http://gpu2:30000", "--model", "/models/m")
+    assert result.exit_code == 0, result.output
+    assert (settings.backend, settings.backend_urls, settings.model) == \
+           ("sglang", ["http://gpu1:30000", "http://gpu2:30000"], "/models/m")
+    result, settings = _cli(monkeypatch)
+    assert result.exit_code == 0 and (settings.backend, settings.backend_urls) == ("local", [])
+
+
+def test_bad_backend_flags_exit_2(monkeypatch):
+    for args, message in ((["--backend", "tgi"], "must be local, sglang, vllm or litellm"),
+                          (["--backend", "vllm"], "needs --backend-url")):
+        result, settings = _cli(monkeypatch, *args)
+        assert result.exit_code == 2 and message in result.output and settings is None
