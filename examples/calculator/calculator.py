@@ -28,12 +28,33 @@ def make_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     return tasks
 
 
+EASY_VAL_PROBLEMS = 32  # of the 126 one-digit problems, held out from training
+
+
+def make_easy_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
+    """Sums and differences of one-digit numbers, asked for the bare number. The untrained SmolLM2-135M
+    solves about 15% of them at temperature 1 (make_tasks: about 0%), so GRPO has a signal from the start.
+
+    There are only 126 such problems (a + b, and a - b with a >= b): a fixed 32 of them are the
+    validation problems and never appear in training; ``n`` tasks cycle over the split's problems."""
+    problems = [(a, op, b) for a in range(1, 10) for b in range(1, 10) for op in "+-" if op == "+" or a >= b]
+    random.Random(20261129).shuffle(problems)
+    pool = problems[:EASY_VAL_PROBLEMS] if split == "val" else problems[EASY_VAL_PROBLEMS:]
+    random.Random(seed).shuffle(pool)
+    tasks = []
+    for i in range(n):
+        a, op, b = pool[i % len(pool)]
+        tasks.append({"id": f"{split}-{i}", "question": f"What is {a} {op} {b}? Reply with only the number.",
+                      "answer": a + b if op == "+" else a - b})
+    return tasks
+
+
 def calculator(expression: str) -> str:
     if not re.fullmatch(r"[\d\s+\-*/().]+", expression or ""):
         return "error: only numbers and + - * / ( ) are allowed"
     try:
         return str(eval(expression, {"__builtins__": {}}, {}))  # restricted to arithmetic by the regex above
-    except Exception as exc:  # noqa: BLE001 - the tool reports errors to the model
+    except Exception as exc:
         return f"error: {exc}"
 
 

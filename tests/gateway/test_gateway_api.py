@@ -10,12 +10,11 @@ import json
 import httpx
 import openai
 import pytest
+from gateway_harness import serve
 
 from agentr1.gateway.backends.base import BackendError
 from agentr1.gateway.backends.instant import InstantBackend
 from agentr1.gateway.rendering import load_renderer
-
-from gateway_harness import serve
 
 TOOL = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
                                           "parameters": {"type": "object",
@@ -134,7 +133,7 @@ def test_unattributed_calls_follow_the_conversation(gateway):
 
 
 def test_rewards_finish_and_trace(gateway):
-    url, store, _ = gateway
+    url, _store, _ = gateway
     s = _session(url, task_id="t")
     headers = {"Authorization": f"Bearer {s['api_key']}"}
     openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"]).chat.completions.create(
@@ -188,7 +187,7 @@ def test_malformed_json_unknown_session_and_big_body(gateway):
 
 
 def test_backend_failures_are_502_or_503_with_retry_after(gateway):
-    url, store, backend = gateway
+    url, _store, backend = gateway
     body = {"model": "policy", "messages": [{"role": "user", "content": "x"}]}
     backend.fail_with = BackendError("engine crashed")
     r = httpx.post(f"{url}/v1/chat/completions", json=body)
@@ -283,7 +282,7 @@ def test_n_choices_are_steps_and_the_next_call_continues_the_chosen_one(gateway)
 
 
 def test_tool_markup_without_tools_offered_is_plain_content(gateway):
-    url, store, _ = gateway
+    url, _store, _ = gateway
     s = _session(url)
     r = httpx.post(f"{s['base_url']}/chat/completions", json={"model": "policy", "messages": [
         {"role": "user", "content": "12*7?"}]}).json()
@@ -293,7 +292,7 @@ def test_tool_markup_without_tools_offered_is_plain_content(gateway):
 
 
 def test_streamed_final_chunk_names_the_step(gateway):
-    url, store, _ = gateway
+    url, _store, _ = gateway
     s = _session(url)
     with httpx.stream("POST", f"{s['base_url']}/chat/completions", json={
             "model": "policy", "messages": [{"role": "user", "content": "x"}], "stream": True}) as r:

@@ -8,7 +8,6 @@ import json
 import httpx
 import openai
 import pytest
-
 from gateway_harness import serve
 
 CALCULATOR = {"type": "function", "function": {

@@ -1,4 +1,4 @@
-"""Fixtures and plain-PyTorch references for the policy-engine tests (imported by test_engine.py)."""
+"""Row builders and plain-PyTorch references for the policy-engine tests (imported by test_engine.py)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,12 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from agentr1.trainer.rows import TrainRow  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def engine_model_path() -> Path:
-    """A tiny random Llama with the SmolLM2 tokenizer (built locally once, deterministic, cached)."""
-    from agentr1.gateway.models import ensure_tiny_model
-
-    return ensure_tiny_model()
+from agentr1.trainer.rows import TrainRow
 
 
 def make_row(
@@ -80,10 +71,11 @@ def plain_vanilla_ppo_loss(
     *,
     clip_ratio: float = 0.2,
     clip_ratio_c: float = 3.0,
-) -> tuple[torch.Tensor, float]:
-    """verl's vanilla (dual-clip) PPO loss with token-mean aggregation; returns (loss, clip fraction)."""
+) -> tuple[torch.Tensor, list[float]]:
+    """verl's vanilla (dual-clip) PPO loss with token-mean aggregation over all rows; returns the
+    loss and each row's clip fraction (verl reports the mean over micro-batches of their fraction)."""
     total = torch.zeros(())
-    clipped = 0.0
+    fractions = []
     tokens = sum(sum(r.response_mask) for r in rows)
     for lp, old, row in zip(log_probs, old_log_probs, rows, strict=True):
         adv = torch.tensor(row.advantages)
@@ -92,7 +84,7 @@ def plain_vanilla_ppo_loss(
         loss1 = -adv * ratio
         loss2 = -adv * torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio)
         loss = torch.maximum(loss1, loss2)
-        clipped += float(((loss2 > loss1).float() * mask).sum())
+        fractions.append(float(((loss2 > loss1).float() * mask).sum()) / max(1.0, float(mask.sum())))
         loss = torch.where(adv < 0, torch.minimum(loss, -adv * clip_ratio_c), loss)
         total = total + (loss * mask).sum()
-    return total / tokens, clipped / tokens
+    return total / tokens, fractions

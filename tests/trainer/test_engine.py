@@ -1,6 +1,6 @@
 """The policy-update engine on verl's real code path (FSDP2 engine, ppo_loss, value_loss) on CPU.
 
-Every test builds a tiny random model locally; references are plain PyTorch / transformers."""
+The model is the tiny random Llama of tests/conftest.py; references are plain PyTorch / transformers."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_fixtures import (  # noqa: F401  (engine_model_path is a fixture)
-    engine_model_path,
+from engine_fixtures import (
     load_plain_model,
     make_row,
     plain_logprobs,
@@ -33,11 +32,12 @@ def ragged_rows() -> list:
     ]
 
 
-def test_update_matches_plain_pytorch_ppo_loss_and_gradient(engine_model_path):
-    # SGD makes the step linear in the (clipped) gradient, so the weights compare the gradients
+def test_update_matches_plain_pytorch_ppo_loss_and_gradient(tiny_model_path):
+    # SGD makes the step linear in the (clipped) gradient, so the weights compare the gradients;
+    # a 12-token budget puts each row (8-9 tokens) in its own micro-batch: gradient accumulation
     lr = 0.1
-    eng = engine(engine_model_path, lr=lr, optimizer="SGD", weight_decay=0.0)
-    plain = load_plain_model(engine_model_path)
+    eng = engine(tiny_model_path, lr=lr, optimizer="SGD", weight_decay=0.0, ppo_max_token_len_per_gpu=12)
+    plain = load_plain_model(tiny_model_path)
     rows = ragged_rows()
     before = eng.state_dict_for_serving()
 
@@ -50,9 +50,9 @@ def test_update_matches_plain_pytorch_ppo_loss_and_gradient(engine_model_path):
 
     # first step: ratio = 1, so pg_loss = -token-mean(advantages)
     metrics = eng.update(rows)
-    loss, clipfrac = plain_vanilla_ppo_loss(plain_lp, [lp.detach() for lp in plain_lp], rows)
+    loss, fractions = plain_vanilla_ppo_loss(plain_lp, [lp.detach() for lp in plain_lp], rows)
     assert metrics["actor/pg_loss"] == pytest.approx(loss.item(), abs=1e-5)
-    assert metrics["actor/pg_clipfrac"] == clipfrac == 0.0
+    assert metrics["actor/pg_clipfrac"] == sum(fractions) == 0.0
     assert metrics["actor/optimizer_steps"] == 1 and metrics["actor/action_tokens"] == 12
 
     params = list(plain.parameters())
@@ -76,14 +76,15 @@ def test_update_matches_plain_pytorch_ppo_loss_and_gradient(engine_model_path):
     shifts = [torch.linspace(-0.4, 0.4, len(r.response_ids)) for r in rows]
     old = [(lp + s) * torch.tensor(r.response_mask) for lp, s, r in zip(current, shifts, rows, strict=True)]
     metrics = eng.update(rows, old_log_probs=[o.tolist() for o in old])
-    loss, clipfrac = plain_vanilla_ppo_loss(current, old, rows)
+    loss, fractions = plain_vanilla_ppo_loss(current, old, rows)
     assert metrics["actor/pg_loss"] == pytest.approx(loss.item(), abs=1e-5)
-    assert metrics["actor/pg_clipfrac"] == pytest.approx(clipfrac, abs=1e-5)
-    assert clipfrac > 0
+    # verl averages the micro-batches' clip fractions; here each row is one micro-batch
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(sum(fractions) / len(fractions), abs=1e-5)
+    assert sum(fractions) > 0
 
 
-def test_positive_advantages_raise_logprobs_and_negative_lower_them(engine_model_path):
-    eng = engine(engine_model_path, lr=1e-3, loss_mode="vanilla", ppo_epochs=2, ppo_mini_batch_size=1)
+def test_positive_advantages_raise_logprobs_and_negative_lower_them(tiny_model_path):
+    eng = engine(tiny_model_path, lr=1e-3, loss_mode="vanilla", ppo_epochs=2, ppo_mini_batch_size=1)
     up = make_row([5, 6, 7], [100, 101, 102], advantage=1.0)
     down = make_row([8, 9], [200, 201], advantage=-1.0)
     start = eng.compute_logprobs([up, down])
@@ -96,8 +97,19 @@ def test_positive_advantages_raise_logprobs_and_negative_lower_them(engine_model
     assert eng.version == 2
 
 
-def test_kl_to_reference_is_zero_before_and_positive_after_an_update(engine_model_path):
-    eng = engine(engine_model_path, lr=1e-2, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl")
+def test_bypass_mode_takes_the_rollout_logprobs_as_old_logprobs(tiny_model_path):
+    eng = engine(tiny_model_path, lr=1e-3, bypass_mode=True)
+    rows = ragged_rows()
+    for row, lp in zip(rows, eng.compute_logprobs(rows), strict=True):
+        row.old_logprobs = [x + 1.0 if m else 0.0 for x, m in zip(lp, row.response_mask, strict=True)]
+    metrics = eng.update(rows)
+    # ppo_kl = mean(old - current) over action tokens: exactly the shift put into the rollout log-probs
+    assert metrics["actor/ppo_kl"] == pytest.approx(1.0, abs=1e-5)
+    assert "actor/entropy" not in metrics and not any(k.startswith("rollout_corr/") for k in metrics)
+
+
+def test_kl_to_reference_is_zero_before_and_positive_after_an_update(tiny_model_path):
+    eng = engine(tiny_model_path, lr=1e-2, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl")
     rows = ragged_rows()
     assert eng.kl_to_reference(rows) == pytest.approx(0.0, abs=1e-7)
     assert eng.compute_ref_logprobs(rows) == eng.compute_logprobs(rows)
@@ -109,7 +121,7 @@ def test_kl_to_reference_is_zero_before_and_positive_after_an_update(engine_mode
     assert second["actor/loss"] == pytest.approx(second["actor/pg_loss"] + 0.1 * second["actor/kl_loss"], abs=1e-5)
 
 
-def test_sync_to_backend_changes_greedy_output_and_saved_model_serves_the_same(engine_model_path, tmp_path):
+def test_sync_to_backend_changes_greedy_output_and_saved_model_serves_the_same(tiny_model_path, tmp_path):
     from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
     from agentr1.gateway.backends.local import LocalBackend
 
@@ -117,12 +129,12 @@ def test_sync_to_backend_changes_greedy_output_and_saved_model_serves_the_same(e
     prompt = [1, 30, 31, 32, 33]
 
     async def scenario() -> None:
-        live = LocalBackend(engine_model_path, device="cpu")
+        live = LocalBackend(tiny_model_path, device="cpu")
         await live.start()
         try:
             before = await live.generate(GenerateRequest(prompt, greedy))
             target = next(t for t in range(300, 400) if t not in before.output_ids)
-            eng = engine(engine_model_path, lr=3e-2)
+            eng = engine(tiny_model_path, lr=3e-2)
             row = make_row(prompt, [target], advantage=1.0)
             for _ in range(6):
                 eng.update([row])
@@ -152,11 +164,16 @@ def test_sync_to_backend_changes_greedy_output_and_saved_model_serves_the_same(e
     run(scenario())
 
 
-def test_ragged_rows_and_all_zero_masks_stay_finite(engine_model_path):
-    eng = engine(engine_model_path, lr=1e-3, loss_mode="cispo", entropy_coeff=0.01, ppo_mini_batch_size=2)
-    rows = [*ragged_rows(), make_row([3, 4], [80, 81, 82], mask=[0, 0, 0]), make_row([2], [90], advantage=0.0)]
+def test_ragged_rows_and_all_zero_masks_stay_finite(tiny_model_path):
+    eng = engine(
+        tiny_model_path, lr=1e-3, loss_mode="cispo", entropy_coeff=0.01, ppo_mini_batch_size=2, rollout_is="token"
+    )
+    no_rollout_logprobs = make_row([2], [90, 91], advantage=0.5, rollout_logprob=0.0)
+    no_rollout_logprobs.has_old_logprobs = False  # taken as on-policy: IS weight 1
+    rows = [*ragged_rows(), make_row([3, 4], [80, 81, 82], mask=[0, 0, 0]), no_rollout_logprobs]
     metrics = eng.update(rows, temperature=0.7)
     assert metrics["actor/optimizer_steps"] == 3
+    assert metrics["rollout_corr/rollout_is_max"] == pytest.approx(1.0, abs=1e-6)  # the on-policy row
     assert all(math.isfinite(v) for v in metrics.values()), metrics
     assert all(math.isfinite(x) for lp in eng.compute_logprobs(rows) for x in lp)
 
@@ -170,13 +187,15 @@ def test_ragged_rows_and_all_zero_masks_stay_finite(engine_model_path):
     assert all(torch.equal(after[k], before[k]) for k in before)
 
 
-def test_critic_fits_returns_and_checkpoints_restore_optimizer_state(engine_model_path, tmp_path):
-    eng = engine(engine_model_path, lr=1e-3, critic=True, critic_lr=1e-3, ppo_micro_batch_size_per_gpu=1)
+def test_critic_fits_returns_and_checkpoints_restore_optimizer_state(tiny_model_path, tmp_path):
+    eng = engine(
+        tiny_model_path, lr=1e-3, critic=True, critic_lr=1e-3, ppo_micro_batch_size_per_gpu=1, calculate_entropy=False
+    )
     rows = ragged_rows()
     values = eng.compute_values(rows)
     assert [len(v) for v in values] == [len(r.response_ids) for r in rows]
-    losses = [eng.update_critic(rows)["critic/vf_loss"] for _ in range(3)]
-    assert losses[2] < losses[1] < losses[0]
+    losses = [eng.update_critic(rows)["critic/vf_loss"] for _ in range(2)]
+    assert losses[1] < losses[0]
     eng.update(rows)
 
     eng.save_checkpoint(tmp_path / "ckpt")
@@ -184,7 +203,7 @@ def test_critic_fits_returns_and_checkpoints_restore_optimizer_state(engine_mode
     first = eng.update(rows), eng.update_critic(rows)
     stepped = eng.state_dict_for_serving()
     eng.load_checkpoint(tmp_path / "ckpt")
-    assert eng.version == 1 and eng.critic_version == 3
+    assert eng.version == 1 and eng.critic_version == 2
     assert eng.compute_values(rows) == saved_values
     # the optimizer state came back with the weights: the same step again gives the same weights
     again = eng.update(rows), eng.update_critic(rows)

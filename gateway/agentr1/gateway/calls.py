@@ -130,7 +130,7 @@ def generate_requests(call: PreparedCall) -> list[GenerateRequest]:
         if sampling.seed is not None:
             sampling.seed += i
         requests.append(GenerateRequest(prompt_ids=list(call.plan.prompt_ids), sampling=sampling,
-                                        request_id=f"{call.request_id}-{i}"))
+                                        request_id=f"{call.request_id}-{i}", session_id=call.state.id))
     return requests
 
 
@@ -166,11 +166,11 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
     latency_ms = (time.monotonic() - call.started) * 1000
     indices = list(range(state.next_index, state.next_index + len(results)))
     state.next_index += len(results)
-    futures = []
+    steps: list[StepRecord] = []
     feedback = None
     if call.parent_index is not None and call.plan.continued:
         feedback = FeedbackRecord(state.id, call.parent_index, call.plan.new_messages, list(call.plan.new_ids))
-    for i, (index, result, message, reason) in enumerate(zip(indices, results, messages, reasons, strict=True)):
+    for index, result, message, reason in zip(indices, results, messages, reasons, strict=True):
         step = StepRecord(
             session_id=state.id, index=index, parent_index=call.parent_index,
             observation_ids=list(call.plan.prompt_ids), action_ids=result.output_ids, action_logprobs=result.logprobs,
@@ -182,7 +182,7 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
                     "reasoning": message.get("reasoning_content"), "message": message,
                     "prefill": call.plan.prefill},
         )
-        futures.append(gw.writer.submit(step, feedback if i == 0 else None))
+        steps.append(step)
     state.previous = [
         (index, PreviousTurn(messages=call.messages_seen, tools=call.tools, prompt_ids=list(call.plan.prompt_ids),
                              action_ids=result.output_ids, assistant_message=message, prefill=call.plan.prefill))
@@ -190,10 +190,16 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
     ]
     gw.sessions.note_conversation(state, call.messages_sent, messages[0])
     gw.metrics.observe_call(latency_ms, len(call.plan.prompt_ids), sum(len(r.output_ids) for r in results))
+    await persist(gw, steps, feedback)
+    return indices
+
+
+async def persist(gw: Gateway, steps: list[StepRecord], feedback: FeedbackRecord | None = None) -> None:
+    """Hand the steps to the writer; with durable writes, return only once they are committed."""
+    futures = [gw.writer.submit(step, feedback if i == 0 else None) for i, step in enumerate(steps)]
     if gw.settings.durable_writes:
         try:
             await asyncio.gather(*futures)
         except Exception as exc:
             raise APIError(503, f"the step could not be stored ({exc}); the call was not recorded, retry",
                            code="store_unavailable", retry_after=1.0) from exc
-    return indices

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.gateway.calls import persist
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.sessions import SessionState
 from agentr1.store import StepRecord
@@ -49,7 +50,7 @@ async def complete_text(gw: Any, state: SessionState, body: Any, sampling: Sampl
             s = SamplingParams(**asdict(sampling))
             if s.seed is not None:
                 s.seed += i
-            jobs.append((ids, GenerateRequest(prompt_ids=ids, sampling=s)))
+            jobs.append((ids, GenerateRequest(prompt_ids=ids, sampling=s, session_id=state.id)))
     results: list[GenerateResult] = await asyncio.gather(*(gw.backend.generate(req) for _, req in jobs))
     tok = gw.renderer.tokenizer
     texts = []
@@ -61,7 +62,7 @@ async def complete_text(gw: Any, state: SessionState, body: Any, sampling: Sampl
     latency_ms = (time.monotonic() - started) * 1000
     indices = list(range(state.next_index, state.next_index + len(results)))
     state.next_index += len(results)
-    futures = []
+    steps = []
     for index, (ids, _), result, text in zip(indices, jobs, results, texts, strict=True):
         step = StepRecord(
             session_id=state.id, index=index, observation_ids=ids, action_ids=result.output_ids,
@@ -70,14 +71,9 @@ async def complete_text(gw: Any, state: SessionState, body: Any, sampling: Sampl
             finish_reason=result.finish_reason, policy_version=result.policy_version, backend=gw.backend.name,
             model=gw.backend.model_name, trainable=gw.backend.trainable, latency_ms=latency_ms,
         )
-        futures.append(gw.writer.submit(step))
+        steps.append(step)
     gw.metrics.observe_call(latency_ms, sum(len(p) for p, _ in jobs), sum(len(r.output_ids) for r in results))
-    if gw.settings.durable_writes:
-        try:
-            await asyncio.gather(*futures)
-        except Exception as exc:
-            raise APIError(503, f"the step could not be stored ({exc}); retry", code="store_unavailable",
-                           retry_after=1.0) from exc
+    await persist(gw, steps)
     choices = []
     for i, ((ids, _), result, text) in enumerate(zip(jobs, results, texts, strict=True)):
         lp = None

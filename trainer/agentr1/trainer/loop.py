@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,10 @@ class Trainer:
             self.train_tasks, self.val_tasks = [], []
         else:
             self.offline = None
+            # one decode batch can hold every concurrent rollout (a GPU's throughput grows with the batch)
             self.backend = LocalBackend(serve_from, device=cfg.trainer.device, model_name="policy",
-                                        policy_version=self.state.policy_version)
+                                        policy_version=self.state.policy_version,
+                                        max_batch_size=max(32, cfg.actor_rollout_ref.rollout.max_concurrency))
             settings = GatewaySettings(db=cfg.db, accept_any_model=True, default_run=self.state.run_id)
             self.server = BackgroundServer(create_app(settings, store=self.store, backend=self.backend))
             configure(self.server.start())
@@ -97,6 +100,9 @@ class Trainer:
     async def _train(self) -> dict[str, float]:
         cfg = self.config.trainer
         last: dict[str, float] = {}
+        # sync agents run in the default executor (min(32, cpus + 4) threads): room for max_concurrency
+        workers = self.config.actor_rollout_ref.rollout.max_concurrency + 4
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=workers))
         if self.state.step == 0 and self.val_tasks:
             self.tracker.log(0, await self.evaluate())
         while self.state.step < cfg.total_training_steps:

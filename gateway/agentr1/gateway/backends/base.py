@@ -46,6 +46,7 @@ class GenerateRequest:
     prompt_ids: list[int]
     sampling: SamplingParams
     request_id: str = ""
+    session_id: str | None = None  # keeps a session on one server (prefix-cache hits) where there are several
 
 
 @dataclass(slots=True)

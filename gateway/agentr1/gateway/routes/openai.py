@@ -19,6 +19,7 @@ from agentr1.gateway.calls import (
     sampling_from,
 )
 from agentr1.gateway.completions import complete_text
+from agentr1.gateway.external import external_chat
 from agentr1.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from agentr1.gateway.streaming import stream_chat
 from agentr1.gateway.tracing import step_span
@@ -48,7 +49,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     state = await gw.sessions.resolve(request, request.path_params.get("session_id"), messages)
     with step_span(request.headers, state.id) as span:
-        response = await _chat(gw, state, body)
+        if gw.backend.trainable:
+            response = await _chat(gw, state, body)
+        else:  # an external model: text in, text out, recorded but not trainable
+            response = await external_chat(gw, state, body)
         if span is not None:
             span.set_attribute("agentr1.steps", response.headers.get("x-agentr1-steps", ""))
         return response

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import types
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -108,9 +109,9 @@ def _platform_class() -> type:
     class PlatformCPU(PlatformBase):
         """verl platform for plain CPU training (gloo, no device memory, no profiler)."""
 
-        device_name = "cpu"  # type: ignore[assignment]
-        vendor_name = "cpu"  # type: ignore[assignment]
-        device_module = _CPU_DEVICE_MODULE  # type: ignore[assignment]
+        device_name = "cpu"
+        vendor_name = "cpu"
+        device_module = _CPU_DEVICE_MODULE
 
         def is_available(self) -> bool:
             return True
@@ -152,7 +153,7 @@ def _platform_class() -> type:
             return "CUDA_VISIBLE_DEVICES"
 
         @contextmanager
-        def nvtx_range(self, msg: str):  # type: ignore[override]
+        def nvtx_range(self, msg: str) -> Iterator[None]:
             yield
 
         def profiler_start(self) -> None:
@@ -180,7 +181,10 @@ def _register_engines_for(device: str) -> None:
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp import transformer_impl as fsdp
 
-    for model_type, cls in (("language_model", fsdp.FSDPEngineWithLMHead), ("value_model", fsdp.FSDPEngineWithValueHead)):
+    for model_type, cls in (
+        ("language_model", fsdp.FSDPEngineWithLMHead),
+        ("value_model", fsdp.FSDPEngineWithValueHead),
+    ):
         registered = EngineRegistry._engines.get(model_type, {})
         missing = [b for b in ("fsdp", "fsdp2") if device not in registered.get(b, {})]
         if missing:
@@ -194,7 +198,7 @@ def _patch_value_head_attention() -> None:
 
     import verl.utils.model as verl_model
 
-    if importlib.util.find_spec("flash_attn") is not None or getattr(verl_model, "_agentr1_patched", False):
+    if importlib.util.find_spec("flash_attn") is not None or hasattr(verl_model, "_agentr1_patched"):
         return
 
     def load_valuehead_model(local_path: str, torch_dtype: Any, model_config: Any, trust_remote_code: bool) -> Any:
@@ -209,7 +213,7 @@ def _patch_value_head_attention() -> None:
         )
 
     verl_model.load_valuehead_model = load_valuehead_model
-    verl_model._agentr1_patched = True
+    setattr(verl_model, "_agentr1_patched", True)  # noqa: B010
 
 
 def _logprobs_by_blocks(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:

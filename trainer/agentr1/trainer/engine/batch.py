@@ -27,7 +27,7 @@ def _check_row(i: int, row: TrainRow, *, need_advantages: bool, need_returns: bo
         raise ValueError(f"row {i}: empty prompt_ids (verl needs at least one prompt token)")
     if not row.response_ids:
         raise ValueError(f"row {i}: empty response_ids")
-    checks = {"response_mask": row.response_mask, "old_logprobs": row.old_logprobs}
+    checks: dict[str, Sequence[float]] = {"response_mask": row.response_mask, "old_logprobs": row.old_logprobs}
     if need_advantages:
         checks["advantages"] = row.advantages
     if need_returns:
@@ -80,7 +80,7 @@ class PaddedBatch:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import left_right_2_no_padding
 
-        tensors: dict[str, torch.Tensor] = {
+        tensors: dict[str, Any] = {
             "prompts": self.prompts,
             "responses": self.responses,
             "input_ids": torch.cat([self.prompts, self.responses], dim=1),

@@ -117,9 +117,13 @@ class LocalPolicyEngine:
         self.model_path = Path(model_path)
         started = time.perf_counter()
         self.actor = VerlModel(self.model_path, role="actor", config=config, device=self.device)
-        self.ref = VerlModel(self.model_path, role="ref", config=config, device=self.device) if config.use_kl_loss else None
+        self.ref = (
+            VerlModel(self.model_path, role="ref", config=config, device=self.device) if config.use_kl_loss else None
+        )
         critic_path = Path(config.critic_model_path) if config.critic_model_path else self.model_path
-        self.critic = VerlModel(critic_path, role="critic", config=config, device=self.device) if config.critic else None
+        self.critic = (
+            VerlModel(critic_path, role="critic", config=config, device=self.device) if config.critic else None
+        )
         self.actor_config = _actor_loss_config(config)
         self.critic_config = _critic_loss_config(config) if config.critic else None
         self.version = 0  # optimizer steps taken by update() calls
@@ -145,7 +149,10 @@ class LocalPolicyEngine:
     def compute_ref_logprobs(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> list[list[float]]:
         """The frozen reference model's log-probs (needs ``use_kl_loss``)."""
         batch = self._pad(rows)
-        return batch.unpad(self._require(self.ref, "use_kl_loss").infer(batch, temperature=temperature)["log_probs"] * batch.response_mask)
+        return batch.unpad(
+            self._require(self.ref, "use_kl_loss").infer(batch, temperature=temperature)["log_probs"]
+            * batch.response_mask
+        )
 
     def kl_to_reference(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> float:
         """verl's ``kl_penalty`` (``kl_loss_type``) between policy and reference, token-mean on the mask."""
@@ -156,7 +163,7 @@ class LocalPolicyEngine:
         cur = self.actor.infer(batch, temperature=temperature)["log_probs"]
         if not batch.response_mask.any():
             return 0.0
-        kl = kl_penalty(logprob=cur, ref_logprob=ref, kl_penalty=self.config.kl_loss_type)
+        kl = kl_penalty(logprob=cur, ref_logprob=ref, kl_penalty=self.config.kl_loss_type)  # type: ignore[arg-type]
         return float(agg_loss(loss_mat=kl, loss_mask=batch.response_mask.bool(), loss_agg_mode="token-mean"))
 
     def compute_values(self, rows: Sequence[TrainRow]) -> list[list[float]]:
@@ -233,7 +240,7 @@ class LocalPolicyEngine:
         batch = self._pad(rows, need_returns=True)
         if "values" not in batch.extra:  # rows.values (from compute_values, same weights) saves a pass
             batch.extra["values"] = critic.infer(batch)["values"]
-        loss_fn = partial(value_loss, self.critic_config)
+        loss_fn = partial(value_loss, self.critic_config)  # type: ignore[arg-type]
         steps, skipped = self._run_epochs(critic, batch, loss_fn, ["values", "returns"], temperature=1.0)
         metrics: dict[str, float] = {}
         if steps:
@@ -251,7 +258,9 @@ class LocalPolicyEngine:
         steps: list[dict[str, float]] = []
         skipped = 0
         for _ in range(cfg.ppo_epochs):
-            for index in split_rows(len(batch), cfg.ppo_mini_batch_size, shuffle=cfg.shuffle, generator=self._generator):
+            for index in split_rows(
+                len(batch), cfg.ppo_mini_batch_size, shuffle=cfg.shuffle, generator=self._generator
+            ):
                 mini = batch.select(index)
                 if mini.num_action_tokens == 0:  # nothing to learn; verl's token-mean would divide by 0
                     skipped += 1
@@ -286,13 +295,14 @@ class LocalPolicyEngine:
 
     def _perf(self, batch: PaddedBatch, steps: int, skipped: int, elapsed: float, prefix: str) -> dict[str, float]:
         tokens = batch.num_tokens * self.config.ppo_epochs
+        perf = "perf/" if prefix == "actor/" else f"perf/{prefix.rstrip('/')}_"  # the actor's are the headline
         return {
             f"{prefix}optimizer_steps": float(steps),
             f"{prefix}skipped_mini_batches": float(skipped),
             f"{prefix}action_tokens": float(batch.num_action_tokens),
             f"{prefix}rows": float(len(batch)),
-            "perf/update_s": elapsed,
-            "perf/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            f"{perf}update_s": elapsed,
+            f"{perf}tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
         }
 
     @staticmethod

@@ -9,7 +9,9 @@ and driven the way verl's ``TrainingWorker`` drives it: ``infer_batch`` inside `
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -109,8 +111,8 @@ class VerlModel:
             use_dynamic_bsz=dynamic,
             max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
             infer_max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
-            micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,
-            infer_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,
+            micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
+            infer_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
             use_remove_padding=remove_padding,
             seed=config.seed,
         )
@@ -121,7 +123,7 @@ class VerlModel:
             override_optimizer_config=config.override_optimizer_config,
             lr=config.critic_lr if critic else config.lr,
             weight_decay=config.weight_decay,
-            betas=tuple(config.betas),
+            betas=(float(config.betas[0]), float(config.betas[1])),
             clip_grad=config.clip_grad,
             lr_warmup_steps=config.critic_warmup_steps if critic else config.lr_warmup_steps,
             lr_scheduler_type=config.lr_scheduler_type,
@@ -136,9 +138,11 @@ class VerlModel:
             optimizer_config=self.optimizer_config,
             checkpoint_config=CheckpointConfig(),
         )
-        with torch.random.fork_rng(devices=[]):  # new heads (the critic's) start the same every time
-            torch.manual_seed(config.seed)
+        printed = io.StringIO()  # verl prints model sizes and memory use: keep them for the debug log
+        with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(printed):
+            torch.manual_seed(config.seed)  # new heads (the critic's) start the same every time
             self.engine.initialize()
+        log.debug("verl %s engine: %s", role, printed.getvalue().strip())
         tokenizer = self.model_config.tokenizer
         pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
         self.pad_token_id = int(pad) if pad is not None else 0
@@ -183,7 +187,9 @@ class VerlModel:
 
     # -- training -------------------------------------------------------------------------
 
-    def train(self, batch: PaddedBatch, loss_fn: Callable[..., Any], *, keys: list[str], **non_tensor: Any) -> dict[str, float]:
+    def train(
+        self, batch: PaddedBatch, loss_fn: Callable[..., Any], *, keys: list[str], **non_tensor: Any
+    ) -> dict[str, float]:
         """One optimizer step on ``batch`` (one mini-batch, split into micro-batches by verl)."""
         self.check_micro_batching(len(batch))
         td = batch.to_tensordict(keys=keys, global_batch_size=len(batch), **non_tensor, **self._engine_keys())
