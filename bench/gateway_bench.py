@@ -162,6 +162,13 @@ def part_c(args: argparse.Namespace, tmp: Path) -> list[str]:
     from agentr1.store import TraceStore
 
     rows = ["| database | writes | sessions x turns | answered | stored | seconds | steps/s |", "|---|---|---|---|---|---|---|"]
+    with start_server(kind="floor", model="tiny", db="unused") as server:
+        t0 = time.perf_counter()
+        lat = asyncio.run(_gateway_calls(server.url, args.c_sessions, args.c_turns, 4))
+        floor = len(lat) / (time.perf_counter() - t0)
+    rows.append(f"| HTTP floor (FastAPI echo, no store) | - | {args.c_sessions} x {args.c_turns} | {len(lat)} | 0 | "
+                f"{len(lat) / floor:.1f} | {floor:.0f} |")
+    print(rows[-1], flush=True)
     pg_url, drop = _pg_database()
     try:
         for label, db in (("SQLite", f"sqlite:///{tmp}/c.db"), ("PostgreSQL", pg_url)):

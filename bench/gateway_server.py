@@ -53,9 +53,38 @@ def start_server(*, kind: str, model: str, db: str, durable: bool = True) -> Ite
         proc.wait(timeout=60)
 
 
+def floor_app(port: int):
+    """The HTTP floor: the same routes with pydantic bodies, answering at once and storing nothing.
+    What the load generator and FastAPI/uvicorn cost by themselves on this machine."""
+    from typing import Any
+
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+
+    class Body(BaseModel):
+        model: str
+        messages: list[dict[str, Any]]
+
+    app = FastAPI()
+
+    @app.get("/ready")
+    async def ready() -> dict[str, bool]:
+        return {"ready": True}
+
+    @app.post("/sessions")
+    async def session() -> dict[str, str]:
+        return {"id": "s", "base_url": f"http://127.0.0.1:{port}/sessions/s/v1"}
+
+    @app.post("/sessions/{sid}/v1/chat/completions")
+    async def chat(sid: str, body: Body) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}]}
+
+    return app
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kind", choices=["instant", "local"], default="instant")
+    parser.add_argument("--kind", choices=["instant", "local", "floor"], default="instant")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--db", required=True)
     parser.add_argument("--port", type=int, required=True)
@@ -63,6 +92,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import uvicorn
+
+    if args.kind == "floor":
+        uvicorn.run(floor_app(args.port), host="127.0.0.1", port=args.port, log_level="warning")
+        return
 
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends.instant import InstantBackend
