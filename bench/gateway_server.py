@@ -14,8 +14,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+from pydantic import BaseModel
+
+
+class FloorBody(BaseModel):
+    model: str
+    messages: list[dict[str, Any]]
 
 
 @dataclass
@@ -56,14 +63,7 @@ def start_server(*, kind: str, model: str, db: str, durable: bool = True) -> Ite
 def floor_app(port: int):
     """The HTTP floor: the same routes with pydantic bodies, answering at once and storing nothing.
     What the load generator and FastAPI/uvicorn cost by themselves on this machine."""
-    from typing import Any
-
     from fastapi import FastAPI
-    from pydantic import BaseModel
-
-    class Body(BaseModel):
-        model: str
-        messages: list[dict[str, Any]]
 
     app = FastAPI()
 
@@ -76,7 +76,7 @@ def floor_app(port: int):
         return {"id": "s", "base_url": f"http://127.0.0.1:{port}/sessions/s/v1"}
 
     @app.post("/sessions/{sid}/v1/chat/completions")
-    async def chat(sid: str, body: Body) -> dict[str, Any]:
+    async def chat(sid: str, body: FloorBody) -> dict[str, Any]:
         return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}]}
 
     return app

@@ -33,7 +33,7 @@ class GatewaySettings(BaseSettings):
         "commit within write_interval_ms.",
     )
     write_batch_size: int = 256
-    write_interval_ms: float = 5.0
+    write_interval_ms: float = 0.0  # extra wait to fill a commit; 0: commits batch what queued meanwhile
     max_body_bytes: int = 8 * 1024 * 1024
     max_tokens_default: int = 512
     request_timeout_s: float = 600.0

@@ -8,7 +8,7 @@ commit, not 64. Durability contract:
   holds its step has committed. An answered call is a stored step, even if the gateway is killed
   right after. If the commit fails, the agent gets an error instead of an answer.
 - ``durable_writes=False``: the answer goes out first; the step commits within
-  ``write_interval_ms`` (plus the commit time). A crash in that window loses those steps; the
+  the next commit (plus ``write_interval_ms``). A crash in that window loses those steps; the
   steps the writer could not commit are logged with their session ids.
 
 Graceful shutdown always flushes the queue.
@@ -77,18 +77,12 @@ class StepWriter:
         await asyncio.shield(marker)
 
     async def _run(self) -> None:
+        # Natural group commit: whatever queued up while the previous commit ran goes in the next
+        # one. No artificial wait: a lone call is committed at once, a busy gateway batches itself.
         while True:
-            first = await self._queue.get()
-            batch = [first]
-            deadline = time.monotonic() + self.interval_s
-            while len(batch) < self.batch_size:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), timeout))
-                except TimeoutError:
-                    break
+            batch = [await self._queue.get()]
+            if self.interval_s > 0:
+                await asyncio.sleep(self.interval_s)
             while not self._queue.empty() and len(batch) < self.batch_size:
                 batch.append(self._queue.get_nowait())
             await self._commit(batch)
