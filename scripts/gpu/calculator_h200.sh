@@ -3,7 +3,7 @@
 # device tool lends). Runs from the repository root there; scripts/gpu/prepare.sh (run here first)
 # puts the wheels in .whl/, the SmolLM2 GGUF (xz, in two parts) in .m1/ and .m2/, the tokenizer in .tok/.
 #
-#   scripts/gpu/calculator_h200.sh smoke [overrides...]   tiny random model, 2 steps: the pipeline on CUDA
+#   scripts/gpu/calculator_h200.sh smoke [overrides...]   random SmolLM2-sized model, 2 steps: pipeline + worst-case timing
 #   scripts/gpu/calculator_h200.sh train [overrides...]   SmolLM2-135M-Instruct, examples/calculator/train_gpu.yaml
 #
 # Wheels are installed once per machine into /tmp/agentr1-site, model parts collect in /tmp/agentr1-model
@@ -33,11 +33,18 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 python3 -c 'import torch, transformers, verl; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__, "verl", verl.__version__)'
 
 if [ "$mode" = smoke ]; then
+  # SmolLM2-135M's architecture and tokenizer with random weights: it never stops before max_tokens,
+  # so its steps time the worst case of the real run
   mkdir -p /tmp/agentr1-tok && tar xzf .tok/tok.tgz -C /tmp/agentr1-tok
-  python3 -c 'from agentr1.gateway.models import build_tiny_random_model as b; b("/tmp/agentr1-tiny", base="/tmp/agentr1-tok")'
+  python3 -c '
+import shutil, torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+torch.manual_seed(0)
+AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("/tmp/agentr1-tok")).save_pretrained("/tmp/agentr1-random")
+AutoTokenizer.from_pretrained("/tmp/agentr1-tok").save_pretrained("/tmp/agentr1-random")
+shutil.copy("/tmp/agentr1-tok/generation_config.json", "/tmp/agentr1-random/")'
   config=examples/calculator/train_gpu.yaml
-  set -- actor_rollout_ref.model=/tmp/agentr1-tiny trainer.total_training_steps=2 trainer.test_freq=1 \
-    data.val_size=16 data.train_batch_size=4 actor_rollout_ref.rollout.n=4 "$@"
+  set -- actor_rollout_ref.model=/tmp/agentr1-random trainer.total_training_steps=2 trainer.test_freq=1 "$@"
 else
   if [ ! -f "$AGENTR1_CACHE/models/smollm2-135m-instruct/agentr1_model.json" ]; then
     [ -f "$PARTS/gguf.xz.part1" ] && [ -f "$PARTS/gguf.xz.part2" ] || { echo "model parts missing"; exit 4; }
@@ -50,7 +57,7 @@ else
 fi
 
 rm -rf "$RUN"
-(while sleep 20; do cp "$RUN/metrics.jsonl" "$OUT/" 2>/dev/null || true; done) &
+(while sleep 20; do cp "$RUN/metrics.jsonl" "$OUT/" 2>/dev/null && tail -n1 "$RUN/metrics.jsonl" | cut -c1-240; done) &
 copier=$!
 set +e
 time timeout --signal=INT --kill-after=30 "$LIMIT_S" "${AGENTR1[@]}" train "$config" \

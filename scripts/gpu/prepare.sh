@@ -23,8 +23,8 @@ mkdir -p .whl .m1 .m2 .tok
 
 gguf=$("$PY" -c 'from agentr1.gateway.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
-head -c 35000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
-tail -c +35000001 /tmp/smollm2.gguf.xz > .m2/gguf.xz.part2
+head -c 33000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
+tail -c +33000001 /tmp/smollm2.gguf.xz > .m2/gguf.xz.part2
 model=$("$PY" -c 'from agentr1.gateway.models import ensure_smollm2; print(ensure_smollm2())')
 tar czf .tok/tok.tgz -C "$model" tokenizer.json tokenizer_config.json chat_template.jinja config.json generation_config.json
 du -sh .whl .m1 .m2 .tok
