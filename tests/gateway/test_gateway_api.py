@@ -103,8 +103,11 @@ def test_attribution_by_header_baggage_and_key(gateway):
     url, store, _ = gateway
     body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
     s1, s2, s3 = _session(url), _session(url), _session(url)
-    assert httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Agentr1-Session": s1["id"]}).status_code == 200
-    r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"baggage": f"foo=1,agentr1.session={s2['id']}"})
+    # this gateway has an admin key: a call naming a session must carry that session's key
+    assert httpx.post(f"{url}/v1/chat/completions", json=body, headers={
+        "X-Agentr1-Session": s1["id"], "X-Agentr1-Session-Key": s1["api_key"]}).status_code == 200
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={
+        "baggage": f"foo=1,agentr1.session={s2['id']}", "Authorization": f"Bearer {s2['api_key']}"})
     assert r.status_code == 200 and r.json()["agentr1"]["session_id"] == s2["id"]
     openai.OpenAI(base_url=f"{url}/v1", api_key=s3["api_key"]).chat.completions.create(**body)
     for s in (s1, s2, s3):
@@ -148,7 +151,7 @@ def test_rewards_finish_and_trace(gateway):
     again = httpx.post(f"{url}/sessions/{s['id']}/finish", json={}, headers=headers)
     assert again.status_code == 409
     late = httpx.post(f"{s['base_url']}/chat/completions", json={"model": "policy", "messages": [
-        {"role": "user", "content": "hi"}]})
+        {"role": "user", "content": "hi"}]}, headers=headers)
     assert late.status_code == 409 and late.json()["error"]["code"] == "session_finished"
     other = _session(url)
     forbidden = httpx.get(f"{url}/sessions/{s['id']}", headers={"Authorization": f"Bearer {other['api_key']}"})
@@ -178,7 +181,7 @@ def test_malformed_json_unknown_session_and_big_body(gateway):
     url, _, _ = gateway
     r = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
-    r = httpx.post(f"{url}/sessions/nope/v1/chat/completions",
+    r = httpx.post(f"{url}/sessions/nope/v1/chat/completions", headers={"Authorization": "Bearer admin-secret"},
                    json={"model": "policy", "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
     r = httpx.post(f"{url}/v1/chat/completions", content=b"x" * (9 * 1024 * 1024),
@@ -285,7 +288,7 @@ def test_tool_markup_without_tools_offered_is_plain_content(gateway):
     url, _store, _ = gateway
     s = _session(url)
     r = httpx.post(f"{s['base_url']}/chat/completions", json={"model": "policy", "messages": [
-        {"role": "user", "content": "12*7?"}]}).json()
+        {"role": "user", "content": "12*7?"}]}, headers={"Authorization": f"Bearer {s['api_key']}"}).json()
     choice = r["choices"][0]
     assert choice["finish_reason"] == "stop" and not choice["message"].get("tool_calls")
     assert '"calculator"' in choice["message"]["content"]
@@ -295,7 +298,8 @@ def test_streamed_final_chunk_names_the_step(gateway):
     url, _store, _ = gateway
     s = _session(url)
     with httpx.stream("POST", f"{s['base_url']}/chat/completions", json={
-            "model": "policy", "messages": [{"role": "user", "content": "x"}], "stream": True}) as r:
+            "model": "policy", "messages": [{"role": "user", "content": "x"}], "stream": True},
+            headers={"Authorization": f"Bearer {s['api_key']}"}) as r:
         events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     final = [e for e in events if e.get("choices") and e["choices"][0]["finish_reason"]]
     assert final[0]["agentr1"] == {"session_id": s["id"], "steps": [0], "drift": False}

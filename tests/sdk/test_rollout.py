@@ -175,3 +175,44 @@ def test_headers_only_go_to_the_gateway(gateway):
         with httpx.Client(transport=httpx.MockTransport(handler)) as client:
             client.get("http://example.invalid/x")
     assert "x-agentr1-session" not in seen
+
+
+def test_rollout_reaches_a_gateway_with_access_control(tmp_path):
+    """With an admin key on the gateway, the SDK's session header comes with X-Agentr1-Session-Key, so an agent
+    whose own client carries an unrelated API key is still let in, and attributed."""
+    from agentr1.gateway.app import create_app
+    from agentr1.gateway.backends.instant import InstantBackend
+    from agentr1.gateway.models import ensure_smollm2
+    from agentr1.gateway.rendering import load_renderer
+    from agentr1.gateway.server import BackgroundServer
+    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.sdk.client import _config
+    from agentr1.store import TraceStore
+
+    renderer = load_renderer(ensure_smollm2())
+    store = TraceStore.open(str(tmp_path / "locked.db"))
+    app = create_app(GatewaySettings(db=str(tmp_path / "locked.db"), accept_any_model=True, admin_key="adm",
+                                     api_key="gw-key"),
+                     store=store, backend=InstantBackend(renderer.tokenizer, "ok", model_name="policy"),
+                     renderer=renderer)
+    saved = dict(_config)
+    seen = {}
+    try:
+        with BackgroundServer(app) as url:
+            assert httpx.post(f"{url}/v1/chat/completions", json={  # without the SDK: refused
+                "model": "m", "messages": [{"role": "user", "content": "x"}]}).status_code == 401
+            configure(url, api_key="gw-key")
+
+            @rollout(task_id="locked")
+            def agent():
+                seen["sid"] = current_session().id
+                assert ask(url, "hello") == "ok"
+                return 1.0
+
+            assert agent() == 1.0
+            trace = store.get_session(seen["sid"])
+            assert trace.status == "finished" and trace.reward == 1.0 and len(trace.steps) == 1
+    finally:
+        _config.clear()
+        _config.update(saved)
+        store.close()

@@ -23,6 +23,10 @@ def gateway(
                                           help="A SGLang/vLLM server URL (repeat for several), or LiteLLM's api_base."),
     admin_key: str | None = typer.Option(None, "--admin-key", envvar="AGENTR1_ADMIN_KEY",
                                          help="Enables /admin/* and protects session routes."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="AGENTR1_API_KEY",
+                                       help="Needed (or the admin key) to create sessions and for unattributed calls."),
+    max_concurrent_per_key: int = typer.Option(0, "--max-concurrent-per-key", envvar="AGENTR1_MAX_CONCURRENT_PER_KEY",
+                                               help="Requests in flight per key; over it: 429. 0: no limit."),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     accept_any_model: bool = typer.Option(False, "--accept-any-model",
                                           help="Answer whatever model name the agent asks for."),
@@ -30,6 +34,11 @@ def gateway(
                                          help="Refuse calls that carry no session instead of auto-creating one."),
     durable_writes: bool = typer.Option(True, "--durable-writes/--fast-writes",
                                         help="Answer only after the step is committed (default)."),
+    context_policy: str = typer.Option(
+        "append_only", "--context-policy", envvar="AGENTR1_CONTEXT_POLICY",
+        help="What the model sees of the agent's messages, for sessions that do not choose: append_only, "
+             "sliding_window, truncate_tool_outputs, summary, or JSON like "
+             "'{\"policy\": \"sliding_window\", \"keep_last_turns\": 4}'. See docs/gateway.md."),
     otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", envvar="AGENTR1_OTLP_ENDPOINT",
                                              help="Export a span per step over OTLP/HTTP (needs agentr1[otel])."),
     log_level: str = typer.Option("info", "--log-level"),
@@ -49,15 +58,23 @@ def gateway(
     if backend in ("sglang", "vllm") and not backend_url:
         typer.secho(f"error: --backend {backend} needs --backend-url (each server's address)", fg="red", err=True)
         raise typer.Exit(2)
+    from agentr1.gateway.context import ContextPolicyError, build_policy
+
+    try:
+        build_policy(context_policy)
+    except ContextPolicyError as exc:
+        typer.secho(f"error: --context-policy: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if otlp_endpoint:
         from agentr1.gateway.tracing import configure_otlp
 
         configure_otlp(otlp_endpoint)
     settings = GatewaySettings(
-        model=model, db=db, host=host, port=port, device=device, admin_key=admin_key, backend=cast(Any, backend),
+        model=model, db=db, host=host, port=port, device=device, admin_key=admin_key, api_key=api_key,
+        max_concurrent_per_key=max_concurrent_per_key, backend=cast(Any, backend),
         backend_urls=backend_url,
         served_model_name=served_model_name, accept_any_model=accept_any_model, auto_session=not require_session,
-        durable_writes=durable_writes,
+        durable_writes=durable_writes, context_policy=context_policy,
     )
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)

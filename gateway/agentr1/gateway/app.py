@@ -10,8 +10,10 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentr1.gateway.auth import KeyConcurrencyLimit
 from agentr1.gateway.backends.base import Backend
 from agentr1.gateway.calls import Gateway
+from agentr1.gateway.context import ContextPolicies, Summarizer, backend_summarizer, build_policy
 from agentr1.gateway.errors import error_body, install_error_handlers
 from agentr1.gateway.metrics import Metrics
 from agentr1.gateway.routes import admin, health, openai, sessions
@@ -52,8 +54,12 @@ def create_app(
     store: TraceStore | None = None,
     backend: Backend | None = None,
     renderer: Any = None,
+    summarizer: Summarizer | None = None,
 ) -> FastAPI:
+    """``summarizer`` (``async (messages) -> str``) writes the ``summary`` context policy's summaries;
+    default: the gateway's own backend (:func:`agentr1.gateway.context.backend_summarizer`)."""
     settings = settings or GatewaySettings()
+    build_policy(settings.context_policy)  # a bad --context-policy fails here, before a model loads
     metrics = Metrics()
 
     @asynccontextmanager
@@ -72,6 +78,11 @@ def create_app(
                                      default_run=settings.default_run),
             writer=writer, metrics=metrics,
         )
+        gw = app.state.gateway
+        if gw.renderer is not None:  # external models (no renderer) see the messages as sent
+            gw.context = ContextPolicies(settings.context_policy, tokenizer=gw.renderer.tokenizer,
+                                         summarizer=summarizer,
+                                         make_summarizer=lambda max_tokens: backend_summarizer(gw, max_tokens))
         log.info("gateway ready: model %s on %s backend, store %s", model_backend.model_name, model_backend.name,
                  trace_store.engine.url.render_as_string(hide_password=True))
         try:
@@ -90,6 +101,8 @@ def create_app(
     app.include_router(openai.router, prefix="/sessions/{session_id}/v1", tags=["openai (session in path)"])
     app.include_router(sessions.router)
     app.include_router(admin.router)
+    if settings.max_concurrent_per_key > 0:
+        app.add_middleware(KeyConcurrencyLimit, limit=settings.max_concurrent_per_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, metrics=metrics)
     return app
 

@@ -18,6 +18,7 @@ from agentr1.gateway.backends.base import (
     GenerateResult,
     SamplingParams,
 )
+from agentr1.gateway.context import ContextPolicies, ContextPolicy
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.metrics import Metrics
 from agentr1.gateway.rendering import PreviousTurn, PromptPlan, RenderError, plan_prompt
@@ -37,6 +38,19 @@ class Gateway:
     sessions: SessionRegistry
     writer: StepWriter
     metrics: Metrics
+    context: ContextPolicies | None = None  # per-session context policies (None: append-only)
+
+    async def context_policy(self, state: SessionState) -> ContextPolicy | None:
+        """The session's policy: chosen at creation (metadata "context") or the gateway's default."""
+        if self.context is None:
+            return None
+        policy = self.context.cached(state.id)
+        if policy is None:
+            if state.auto:  # auto-created sessions have no choice of their own
+                return self.context.default
+            record = await asyncio.to_thread(self.sessions.store.get_session, state.id, steps=False)
+            policy = self.context.from_metadata(state.id, record.metadata)
+        return policy
 
     def check_model(self, requested: str) -> None:
         served = self.backend.model_name
@@ -75,11 +89,13 @@ def sampling_from(body: Any, settings: GatewaySettings, max_tokens: int | None, 
     )
 
 
-def prepare_chat(gw: Gateway, state: SessionState, body: Any) -> PreparedCall:
-    """Render the prompt: continue the session's previous call token for token, or render afresh."""
+async def prepare_chat(gw: Gateway, state: SessionState, body: Any) -> PreparedCall:
+    """Apply the session's context policy, then render the prompt: continue the session's previous call
+    token for token (compared with the previous call's ``messages_seen``), or render afresh."""
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     tools = None if body.tool_choice == "none" else body.tools
-    seen = messages  # environment context policies plug in here
+    policy = await gw.context_policy(state)
+    seen = messages if policy is None else await policy.apply(messages, tools)
     try:
         plan, parent = _plan(gw, state, seen, tools, body.tool_choice)
     except RenderError as exc:

@@ -7,7 +7,28 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+def _reject_lone_surrogates(data: Any) -> Any:
+    """JSON may carry escapes like "\\ud800" that decode to strings no tokenizer or serializer accepts: a 400 here,
+    not a 500 in the tokenizer or a stored session whose trace cannot be read back. Iterative: any depth."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError("strings must be valid Unicode (a lone surrogate \\ud800-\\udfff escape "
+                                     "is not)") from None
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return data
 
 
 class _Open(BaseModel):
@@ -38,6 +59,11 @@ class SamplingFields(_Open):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop_token_ids: list[int] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return _reject_lone_surrogates(data)
 
     @field_validator("stop")
     @classmethod
@@ -86,13 +112,20 @@ class SessionCreate(BaseModel):
     task_id: str | None = Field(None, max_length=255)
     group_id: str | None = Field(None, max_length=255)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # The session's context policy: a name or {"policy": name, ...options}; stored as metadata["context"].
+    context: str | dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return _reject_lone_surrogates(data)
 
 
 class RewardCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     value: float = Field(allow_inf_nan=False)
     name: str = Field("reward", max_length=255)
-    step: int | None = Field(None, ge=0)
+    step: int | None = Field(None, ge=0, le=2**31 - 1)  # beyond: a SQL integer overflow (500), now a 400
     source: Literal["agent", "environment", "judge"] = "agent"
 
 

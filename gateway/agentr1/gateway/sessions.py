@@ -152,7 +152,7 @@ class SessionRegistry:
 
     async def resolve(self, request: Request, path_session: str | None,
                       messages: list[dict[str, Any]] | None) -> SessionState:
-        sid = path_session or request.headers.get(SESSION_HEADER) or _from_baggage(request.headers.get("baggage"))
+        sid = explicit_session(request, path_session)
         if sid is None:
             key = _bearer(request)
             if key and key.startswith(KEY_PREFIX):
@@ -192,6 +192,11 @@ class SessionRegistry:
         self._auto_by_conversation[_prefix_keys([*messages, assistant])[-1]] = state.id
         while len(self._auto_by_conversation) > MAX_AUTO_CANDIDATES:
             self._auto_by_conversation.popitem(last=False)
+
+
+def explicit_session(request: Request, path_session: str | None) -> str | None:
+    """The session a call names: its URL path, the X-Agentr1-Session header or baggage (not a key)."""
+    return path_session or request.headers.get(SESSION_HEADER) or _from_baggage(request.headers.get("baggage"))
 
 
 def _bearer(request: Request) -> str | None:

@@ -26,6 +26,9 @@ class GatewaySettings(BaseSettings):
     port: int = 8000
     public_url: str | None = Field(None, description="Base URL agents reach the gateway at (default http://host:port).")
     admin_key: str | None = Field(None, description="Key for /admin/* and for reading any session. Unset: admin disabled.")
+    api_key: str | None = Field(None, description="Gateway-wide key for POST /sessions and unattributed calls. "
+                                "Unset: those are open.")
+    max_concurrent_per_key: int = Field(0, ge=0, description="Requests in flight per key (429 over it); 0: no limit.")
     auto_session: bool = Field(True, description="Calls without a session go to an auto-created one (else 400).")
     default_run: str = Field("default", description="Run that sessions without a run belong to.")
     durable_writes: bool = Field(
@@ -34,6 +37,10 @@ class GatewaySettings(BaseSettings):
     )
     write_batch_size: int = 256
     write_interval_ms: float = 0.0  # extra wait to fill a commit; 0: commits batch what queued meanwhile
+    context_policy: str = Field(
+        "append_only", description="Context policy for sessions that do not choose one: a name (append_only, "
+        "sliding_window, truncate_tool_outputs, summary) or JSON {\"policy\": name, ...options}. docs/gateway.md",
+    )
     max_body_bytes: int = 8 * 1024 * 1024
     max_tokens_default: int = 512
     request_timeout_s: float = 600.0

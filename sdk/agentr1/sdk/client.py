@@ -15,12 +15,17 @@ DEFAULT_GATEWAY = "http://127.0.0.1:8000"
 _config: dict[str, Any] = {}
 
 
-def configure(gateway_url: str | None = None, *, admin_key: str | None = None, timeout_s: float | None = None) -> None:
-    """Set the gateway the SDK talks to (default: $AGENTR1_GATEWAY_URL or http://127.0.0.1:8000)."""
+def configure(gateway_url: str | None = None, *, admin_key: str | None = None, api_key: str | None = None,
+              timeout_s: float | None = None) -> None:
+    """Set the gateway the SDK talks to (default: $AGENTR1_GATEWAY_URL or http://127.0.0.1:8000).
+
+    ``api_key``: the gateway's ``--api-key``, to create sessions (``admin_key`` works for that too)."""
     if gateway_url is not None:
         _config["gateway_url"] = gateway_url.rstrip("/")
     if admin_key is not None:
         _config["admin_key"] = admin_key
+    if api_key is not None:
+        _config["api_key"] = api_key
     if timeout_s is not None:
         _config["timeout_s"] = timeout_s
 
@@ -67,7 +72,7 @@ def _active(url: str, data: dict[str, Any]) -> ActiveSession:
 
 
 def _auth(session: ActiveSession | None) -> dict[str, str]:
-    key = _config.get("admin_key") or (session.api_key if session else None)
+    key = _config.get("admin_key") or (session.api_key if session else _config.get("api_key"))
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

@@ -4,7 +4,7 @@ The OpenAI SDK, LiteLLM (for OpenAI-compatible endpoints), LangChain's ChatOpenA
 OpenAI Agents SDK all send through httpx (openai 3.x through its successor ``httpx2``, which has
 the same API). :func:`install` wraps ``Client.send`` and ``AsyncClient.send`` of each of the two
 that is installed, once: a request to the gateway's host made while a session is active
-gets the ``X-Agentr1-Session`` header and an ``agentr1.session`` baggage entry (plus the W3C
+gets the ``X-Agentr1-Session`` header, the session's key in ``X-Agentr1-Session-Key`` and an ``agentr1.session`` baggage entry (plus the W3C
 trace context when OpenTelemetry is configured). Requests to any other host are not touched.
 The step indices the gateway reports back are remembered for ``reward(step="last")``.
 """
@@ -21,6 +21,7 @@ import httpx
 from agentr1.sdk.context import ActiveSession, current_session, install_thread_propagation
 
 SESSION_HEADER = "X-Agentr1-Session"
+SESSION_KEY_HEADER = "X-Agentr1-Session-Key"  # the session's key: the agent's client may carry an unrelated one
 BAGGAGE_KEY = "agentr1.session"
 _installed = False
 _lock = threading.Lock()
@@ -51,6 +52,8 @@ def tag_request(request: Any) -> ActiveSession | None:
     if session is None or not _targets_gateway(request, session):
         return None
     request.headers.setdefault(SESSION_HEADER, session.id)
+    if session.api_key:  # a gateway with access control needs the session's key with the session header
+        request.headers.setdefault(SESSION_KEY_HEADER, session.api_key)
     entry = f"{BAGGAGE_KEY}={quote(session.id)}"
     baggage = request.headers.get("baggage")
     if not baggage or BAGGAGE_KEY not in baggage:

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentr1.gateway.auth import authorize_call
 from agentr1.gateway.calls import (
     Gateway,
     assistant_message,
@@ -45,6 +46,7 @@ async def list_models(request: Request) -> dict[str, Any]:
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
     gw = _gateway(request)
+    await authorize_call(request, request.path_params.get("session_id"))
     gw.check_model(body.model)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     state = await gw.sessions.resolve(request, request.path_params.get("session_id"), messages)
@@ -59,7 +61,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 
 async def _chat(gw: Gateway, state: Any, body: ChatCompletionRequest) -> Any:
-    call = prepare_chat(gw, state, body)
+    call = await prepare_chat(gw, state, body)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(stream_chat(gw, call, include_usage), media_type="text/event-stream",
@@ -104,6 +106,7 @@ def _logprobs(gw: Gateway, result: Any) -> dict[str, Any]:
 @router.post("/completions")
 async def completions(body: CompletionRequest, request: Request) -> Any:
     gw = _gateway(request)
+    await authorize_call(request, request.path_params.get("session_id"))
     gw.check_model(body.model)
     state = await gw.sessions.resolve(request, request.path_params.get("session_id"), None)
     sampling = sampling_from(body, gw.settings, body.max_tokens, body.logprobs or 0)

@@ -7,8 +7,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from agentr1.gateway.auth import require_session_access
+from agentr1.gateway.auth import require_gateway_key, require_session_access
 from agentr1.gateway.calls import Gateway
+from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.schemas import RewardCreate, SessionCreate, SessionFinish
 from agentr1.store import SessionNotRunning, UnknownSession, UnknownStep
@@ -22,13 +23,23 @@ def _gw(request: Request) -> Gateway:
 
 @router.post("", status_code=201)
 async def create_session(body: SessionCreate, request: Request) -> dict[str, Any]:
+    require_gateway_key(request)
     gw = _gw(request)
+    metadata = dict(body.metadata)
+    context = body.context if body.context is not None else metadata.get("context")
+    if context is not None:  # validated before the session exists: a bad policy is a 400, not a broken session
+        try:
+            metadata["context"] = build_policy(context).config
+        except ContextPolicyError as exc:
+            raise APIError(400, str(exc), code="invalid_request", param="context") from exc
     state, key = await gw.sessions.create(run_id=body.run_id, task_id=body.task_id, group_id=body.group_id,
-                                          metadata=body.metadata, session_id=body.session_id,
+                                          metadata=metadata, session_id=body.session_id,
                                           policy_version=gw.backend.policy_version)
+    if gw.context is not None:
+        gw.context.remember(state.id, metadata.get("context"))
     return {"id": state.id, "run_id": state.run_id, "task_id": body.task_id, "group_id": body.group_id,
             "base_url": f"{gw.settings.base_url(str(request.base_url))}/sessions/{state.id}/v1", "api_key": key,
-            "policy_version": gw.backend.policy_version}
+            "policy_version": gw.backend.policy_version, "context": metadata.get("context")}
 
 
 @router.get("/{session_id}")
