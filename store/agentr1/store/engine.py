@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,20 @@ def create_store_engine(url: str | os.PathLike[str], **kwargs: Any) -> Engine:
     raise StoreConnectionError(f"unsupported database {backend!r} in {text!r}: use sqlite or postgresql")
 
 
+def _set_wal(cur: Any) -> None:
+    """Switch to WAL. On a brand-new file several processes may race for the exclusive lock this
+    needs, and SQLite answers "database is locked" without calling the busy handler: retry."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def _sqlite_engine(parsed: Any, **kwargs: Any) -> Engine:
     database = parsed.database
     in_memory = database in (None, "", ":memory:")
@@ -70,11 +86,11 @@ def _sqlite_engine(parsed: Any, **kwargs: Any) -> Engine:
         # Let SQLAlchemy emit BEGIN itself (pysqlite's implicit transactions are unreliable).
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         if not in_memory:
-            cur.execute("PRAGMA journal_mode=WAL")
+            _set_wal(cur)
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.close()
 
     @event.listens_for(engine, "begin")
