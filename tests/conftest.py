@@ -26,3 +26,37 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from agentr1.gateway.models import build_tiny_random_model
 
     return build_tiny_random_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def scripted_gateway(smollm2_path: Path):
+    """``with scripted_gateway(db_path, reply) as (url, store)``: a real gateway (uvicorn) whose
+    instant backend answers ``reply(prompt_text)`` with SmolLM2's real tokenizer and renderer, the
+    SDK configured to use it."""
+    from contextlib import contextmanager
+
+    from agentr1.gateway.app import create_app
+    from agentr1.gateway.backends.instant import InstantBackend
+    from agentr1.gateway.rendering import load_renderer
+    from agentr1.gateway.server import BackgroundServer
+    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.sdk import configure
+    from agentr1.store import TraceStore
+
+    renderer = load_renderer(smollm2_path)
+
+    @contextmanager
+    def serve(db: Path, reply):
+        store = TraceStore.open(str(db))
+        backend = InstantBackend(renderer.tokenizer, lambda ids: reply(renderer.tokenizer.decode(ids)),
+                                 model_name="policy")
+        app = create_app(GatewaySettings(db=str(db), accept_any_model=True), store=store, backend=backend,
+                         renderer=renderer)
+        try:
+            with BackgroundServer(app) as url:
+                configure(url)
+                yield url, store
+        finally:
+            store.close()
+
+    return serve

@@ -30,25 +30,7 @@ def scripted_reply(text: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def gateway(tmp_path_factory):
+def gateway(tmp_path_factory, scripted_gateway):
     """(url, store) of a gateway shared by all adapter tests; the SDK is configured to use it."""
-    from agentr1.gateway.app import create_app
-    from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.models import ensure_smollm2
-    from agentr1.gateway.rendering import load_renderer
-    from agentr1.gateway.server import BackgroundServer
-    from agentr1.gateway.settings import GatewaySettings
-    from agentr1.sdk import configure
-    from agentr1.store import TraceStore
-
-    renderer = load_renderer(ensure_smollm2())
-    db = tmp_path_factory.mktemp("adapters") / "adapters.db"
-    store = TraceStore.open(str(db))
-    backend = InstantBackend(renderer.tokenizer, lambda ids: scripted_reply(renderer.tokenizer.decode(ids)),
-                             model_name="policy")
-    app = create_app(GatewaySettings(db=str(db), accept_any_model=True), store=store, backend=backend,
-                     renderer=renderer)
-    with BackgroundServer(app) as url:
-        configure(url)
-        yield url, store
-    store.close()
+    with scripted_gateway(tmp_path_factory.mktemp("adapters") / "adapters.db", scripted_reply) as served:
+        yield served

@@ -101,6 +101,25 @@ class Renderer(Protocol):
         ...
 
 
+class TextRenderer:
+    """Shared by renderers that build the prompt as text first: ``render`` encodes ``render_text``
+    without adding special tokens (the text already holds them)."""
+
+    tokenizer: Any
+
+    def render_text(self, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *,
+                    add_generation_prompt: bool = True, prefill: str = "") -> str:
+        raise NotImplementedError
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def render(self, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *,
+               add_generation_prompt: bool = True, prefill: str = "") -> list[int]:
+        return self._encode(self.render_text(messages, tools, add_generation_prompt=add_generation_prompt,
+                                             prefill=prefill))
+
+
 # ---------------------------------------------------------------------------------------------
 # message helpers
 # ---------------------------------------------------------------------------------------------

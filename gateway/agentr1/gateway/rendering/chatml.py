@@ -16,6 +16,7 @@ from agentr1.gateway.rendering.base import (
     Message,
     ParsedAction,
     RenderError,
+    TextRenderer,
     Tool,
     TurnClose,
     arguments_text,
@@ -32,7 +33,7 @@ SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained b
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
 
-class ChatMLRenderer:
+class ChatMLRenderer(TextRenderer):
     """ChatML + hermes tools. ``default_system`` is used when the conversation has no system
     message (SmolLM2's template inserts one); None renders no system turn then (unless tools)."""
 
@@ -105,15 +106,7 @@ class ChatMLRenderer:
             body += f'\n<tool_call>\n{{"name": "{fn["name"]}", "arguments": {arguments}}}\n</tool_call>'
         return f"{IM_START}assistant{body}{IM_END}\n"
 
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
     # -- Renderer -------------------------------------------------------------------------------
-
-    def render(self, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *,
-               add_generation_prompt: bool = True, prefill: str = "") -> list[int]:
-        return self._encode(self.render_text(messages, tools, add_generation_prompt=add_generation_prompt,
-                                             prefill=prefill))
 
     def close_turn(self, action_ids: Sequence[int]) -> TurnClose:
         for i, tid in enumerate(action_ids):

@@ -22,6 +22,7 @@ from agentr1.gateway.rendering.base import (
     Message,
     ParsedAction,
     RenderError,
+    TextRenderer,
     Tool,
     TurnClose,
     template_messages,
@@ -35,7 +36,7 @@ __all__ = ["ChatTemplateRenderer"]
 _PROBE_USER, _PROBE_REPLY = "Probe question 7?", "Probe answer 7."
 
 
-class ChatTemplateRenderer:
+class ChatTemplateRenderer(TextRenderer):
     """Renders through ``tokenizer.apply_chat_template``; ``chat_template`` overrides the tokenizer's."""
 
     def __init__(self, tokenizer: Any, *, chat_template: str | None = None) -> None:
@@ -85,15 +86,7 @@ class ChatTemplateRenderer:
             raise RenderError("prefill needs add_generation_prompt")
         return str(text) + prefill
 
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
     # -- Renderer -------------------------------------------------------------------------------
-
-    def render(self, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *,
-               add_generation_prompt: bool = True, prefill: str = "") -> list[int]:
-        return self._encode(self.render_text(messages, tools, add_generation_prompt=add_generation_prompt,
-                                             prefill=prefill))
 
     def close_turn(self, action_ids: Sequence[int]) -> TurnClose:
         for i, tid in enumerate(action_ids):
