@@ -332,3 +332,40 @@ async def _as_async(deltas: Any) -> Any:
         return
     async for delta in deltas:
         yield delta.token_ids, delta.logprobs, [], delta.result
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python tests/backends/fake_sglang.py --model-path DIR --host H --port P ...``: the fake as a
+    process, started the way ``python -m sglang.launch_server`` is (the launcher's tests use it as
+    ``--launch-command``). Flag names are SGLang's; GPU and memory flags are accepted and ignored
+    (no GPU here); an unknown flag exits with code 2, as SGLang's argparse does."""
+    import argparse
+
+    import uvicorn
+
+    from agentr1.gateway.backends.local import LocalBackend
+
+    parser = argparse.ArgumentParser(description="fake SGLang server (SGLang's HTTP protocol, local engine)")
+    parser.add_argument("--model-path", "--model", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--context-length", type=int, default=None)
+    parser.add_argument("--skip-tokenizer-init", action="store_true")
+    parser.add_argument("--stream-output", action="store_true")
+    parser.add_argument("--base-gpu-id", type=int, default=0)
+    parser.add_argument("--tp-size", "--tp", type=int, default=1)
+    parser.add_argument("--mem-fraction-static", type=float, default=None)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    engine = LocalBackend(args.model_path, device="cpu", max_batch_size=8, num_threads=1)
+    engine.start_sync()
+    app = create_app(engine, model_path=args.model_path, served_model_name=args.served_model_name,
+                     context_len=args.context_length, stream_output=args.stream_output,
+                     skip_tokenizer_init=args.skip_tokenizer_init)
+    print(f"fake SGLang on {args.host}:{args.port} (base GPU {args.base_gpu_id})", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Any, cast
 
 import typer
@@ -41,6 +42,15 @@ def gateway(
              "'{\"policy\": \"sliding_window\", \"keep_last_turns\": 4}'. See docs/gateway.md."),
     otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", envvar="AGENTR1_OTLP_ENDPOINT",
                                              help="Export a span per step over OTLP/HTTP (needs agentr1[otel])."),
+    launch: bool = typer.Option(False, "--launch", help="With --backend sglang: start and supervise the SGLang "
+                                "servers for --model here (python -m sglang.launch_server), stop them on exit."),
+    launch_servers: int = typer.Option(1, "--launch-servers", help="How many SGLang servers --launch starts."),
+    launch_port: int = typer.Option(30000, "--launch-port", help="Port of the first launched server (then +1, ...)."),
+    launch_args: str = typer.Option("", "--launch-args", help="More sglang.launch_server flags, e.g. \"--tp 2 "
+                                    "--mem-fraction-static 0.7\" (server i gets GPUs from i * tp)."),
+    launch_command: str | None = typer.Option(None, "--launch-command", envvar="AGENTR1_SGLANG_LAUNCH_COMMAND",
+                                              help="Server command instead of `python -m sglang.launch_server`."),
+    launch_timeout: float = typer.Option(900.0, "--launch-timeout", help="Seconds a server may take to be healthy."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Start the gateway (uvicorn). Agents point their OpenAI base_url at http://HOST:PORT/v1."""
@@ -55,7 +65,11 @@ def gateway(
     if backend not in ("local", "sglang", "vllm", "litellm"):
         typer.secho(f"error: --backend must be local, sglang, vllm or litellm, not {backend!r}", fg="red", err=True)
         raise typer.Exit(2)
-    if backend in ("sglang", "vllm") and not backend_url:
+    if launch and (backend != "sglang" or backend_url):
+        typer.secho("error: --launch starts SGLang servers: use it with --backend sglang and without --backend-url",
+                    fg="red", err=True)
+        raise typer.Exit(2)
+    if backend in ("sglang", "vllm") and not backend_url and not launch:
         typer.secho(f"error: --backend {backend} needs --backend-url (each server's address)", fg="red", err=True)
         raise typer.Exit(2)
     from agentr1.gateway.context import ContextPolicyError, build_policy
@@ -70,11 +84,57 @@ def gateway(
         from agentr1.gateway.tracing import configure_otlp
 
         configure_otlp(otlp_endpoint)
-    settings = GatewaySettings(
-        model=model, db=db, host=host, port=port, device=device, admin_key=admin_key, api_key=api_key,
-        max_concurrent_per_key=max_concurrent_per_key, backend=cast(Any, backend),
-        backend_urls=backend_url,
-        served_model_name=served_model_name, accept_any_model=accept_any_model, auto_session=not require_session,
-        durable_writes=durable_writes, context_policy=context_policy,
-    )
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
+    launcher = None
+    if launch:  # uvicorn re-raises SIGTERM after its shutdown: end at `except` instead, servers stopped below
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        if launch:
+            launcher = _launch(model, launch_servers, launch_port, launch_args, launch_command, launch_timeout)
+            backend_url = launcher.urls
+        settings = GatewaySettings(
+            model=model, db=db, host=host, port=port, device=device, admin_key=admin_key, api_key=api_key,
+            max_concurrent_per_key=max_concurrent_per_key, backend=cast(Any, backend),
+            backend_urls=backend_url,
+            served_model_name=served_model_name, accept_any_model=accept_any_model, auto_session=not require_session,
+            durable_writes=durable_writes, context_policy=context_policy,
+        )
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
+    except _Terminated:
+        pass
+    finally:
+        if launcher is not None:
+            launcher.stop()
+    if launcher is not None and launcher.error is not None:
+        typer.secho(f"error: {launcher.error}", fg="red", err=True)
+        raise typer.Exit(1)
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived (uvicorn has shut down): stop the launched servers, then exit."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def _launch(model: str, servers: int, port: int, args: str, command: str | None, timeout_s: float) -> Any:
+    """Start the SGLang servers of ``--launch`` and wait until they are healthy (docs/backends.md).
+    If supervision later gives up on one, the gateway is stopped (SIGTERM to itself)."""
+    import os
+    import shlex
+
+    from agentr1.gateway.backends.launcher import LaunchError, LaunchSpec, SGLangLauncher, parse_command
+    from agentr1.gateway.models import resolve_model
+
+    def stop_gateway(error: LaunchError) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        spec = LaunchSpec(model_path=str(resolve_model(model)), servers=servers, base_port=port,
+                          extra_args=shlex.split(args), command=parse_command(command), startup_timeout_s=timeout_s)
+        launcher = SGLangLauncher(spec, on_give_up=stop_gateway)
+        launcher.start()
+    except (LaunchError, ValueError) as exc:
+        typer.secho(f"error: --launch: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
+    return launcher

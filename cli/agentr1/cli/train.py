@@ -48,12 +48,20 @@ def evaluate(
     checkpoint: str = typer.Option(None, "--checkpoint", help="A servable checkpoint dir (…/step_N/hf); "
                                    "default: the config's model."),
     overrides: list[str] = typer.Argument(None),
+    split: str = typer.Option("val", "--split", help="val (held-out success) or train (collect rollouts, e.g. "
+                              "for best-of-n SFT)."),
+    n: int = typer.Option(1, "--n", min=1, help="Samples per task."),
+    run_id: str = typer.Option(None, "--run-id", help="Store run of the sessions (default: <run_name>-eval-<time>)."),
 ) -> None:
-    """Held-out success of a checkpoint (one sample per validation task)."""
+    """Held-out success of a checkpoint (one sample per validation task), or n rollouts per task of a split."""
     import asyncio
 
     from agentr1.trainer.evaluate import evaluate_checkpoint
 
+    if split not in ("train", "val"):
+        typer.secho(f"error: --split must be train or val, not {split!r}", fg="red", err=True)
+        raise typer.Exit(2)
     job = _load(config, overrides)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    typer.echo(json.dumps(asyncio.run(evaluate_checkpoint(job, checkpoint))))  # type: ignore[arg-type]
+    typer.echo(json.dumps(asyncio.run(evaluate_checkpoint(job, checkpoint, split=split, n=n,  # type: ignore[arg-type]
+                                                           run_id=run_id))))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -85,9 +87,13 @@ def create_app(
                                          make_summarizer=lambda max_tokens: backend_summarizer(gw, max_tokens))
         log.info("gateway ready: model %s on %s backend, store %s", model_backend.model_name, model_backend.name,
                  trace_store.engine.url.render_as_string(hide_password=True))
+        sweeper = asyncio.create_task(abandon_idle_sessions(trace_store, settings.abandon_idle_s)) \
+            if settings.abandon_idle_s > 0 else None
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
             await writer.close()
             if backend is None:
                 await model_backend.close()
@@ -107,6 +113,19 @@ def create_app(
     return app
 
 
+async def abandon_idle_sessions(store: TraceStore, idle_s: float) -> None:
+    """Every ``idle_s / 2`` (at most a minute), mark sessions idle for ``idle_s`` as abandoned: after a crash
+    of the agent or of a gateway (SIGKILL leaves its sessions running) the trace says they are incomplete."""
+    while True:
+        await asyncio.sleep(min(60.0, idle_s / 2))
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=idle_s)
+        try:
+            if n := await asyncio.to_thread(store.abandon_stale, cutoff):
+                log.info("marked %d sessions idle for %.0f s as abandoned", n, idle_s)
+        except Exception as exc:  # the database may be down for a while: try again next round
+            log.warning("could not mark idle sessions as abandoned: %s", exc)
+
+
 class BodyLimitMiddleware:
     """Refuse bodies over ``max_bytes`` with 413 before reading them whole; count requests in flight."""
 
@@ -121,24 +140,33 @@ class BodyLimitMiddleware:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await _send_413(send, self.max_bytes)
             return
-        received = 0
+        received, too_large = 0, False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    too_large = True
                     raise _BodyTooLarge
             return message
 
+        async def guarded_send(message: Message) -> None:
+            # A body without Content-Length that grows too large fails inside FastAPI's body parsing,
+            # which answers its own 400 "error parsing the body": drop that, the 413 below says why.
+            if not too_large:
+                await send(message)
+
         self.metrics.in_flight += 1
         try:
-            await self.app(scope, limited_receive, send)
+            await self.app(scope, limited_receive, guarded_send)
         except _BodyTooLarge:
-            await _send_413(send, self.max_bytes)
+            pass
         finally:
             self.metrics.in_flight -= 1
+        if too_large:
+            await _send_413(send, self.max_bytes)
 
 
 class _BodyTooLarge(Exception):

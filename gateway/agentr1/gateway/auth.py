@@ -11,6 +11,9 @@ When on:
   since the agent's own client may carry an unrelated API key). No usable key: 401; a key of another
   session: 403.
 - With ``--api-key``, creating a session and unattributed calls need it (or the admin key).
+- A run key (``run_keys``: {run id: key}) separates runs: it creates sessions in its own run only and
+  acts on that run's sessions only (other runs' sessions: 403, whether they exist or not); a model call
+  with it must name its session (an unattributed call would land in the default run).
 
 Keys are compared in constant time and never logged; the store only holds their SHA-256.
 ``--max-concurrent-per-key`` caps the requests in flight per presented key (429 with Retry-After).
@@ -54,7 +57,27 @@ def _same(given: str, expected: str | None) -> bool:
 
 def access_control_on(request: Request) -> bool:
     settings = request.app.state.gateway.settings
-    return bool(settings.admin_key or settings.api_key)
+    return bool(settings.admin_key or settings.api_key or settings.run_keys)
+
+
+def run_of_key(request: Request) -> str | None:
+    """The run a presented run key is confined to, if one is presented."""
+    keys = presented_keys(request)
+    for run_id, expected in request.app.state.gateway.settings.run_keys.items():
+        if any(_same(k, expected) for k in keys):
+            return str(run_id)
+    return None
+
+
+def session_run(request: Request, asked: str | None) -> str | None:
+    """The run a new session goes to: a run key's own (asking for another is a 403), else what was asked."""
+    run = run_of_key(request)
+    if run is None:
+        require_gateway_key(request)
+        return asked
+    if asked is not None and asked != run:
+        raise APIError(403, f"this key may only create sessions in run {run}", code="forbidden", param="run_id")
+    return run
 
 
 def require_admin(request: Request) -> None:
@@ -84,6 +107,14 @@ async def require_session_access(request: Request, session_id: str) -> None:
     keys = presented_keys(request)
     if any(_same(k, gw.settings.admin_key) for k in keys):
         return
+    run = run_of_key(request)
+    if run is not None:
+        try:
+            if (await gw.sessions.get(session_id)).run_id == run:
+                return
+        except APIError:  # unknown: a 403 as for another run's session, so the key learns nothing
+            pass
+        raise APIError(403, f"this key may only access sessions of run {run}", code="forbidden")
     other_session = False
     for key in keys:
         if key.startswith(KEY_PREFIX):
@@ -104,6 +135,9 @@ async def authorize_call(request: Request, path_session: str | None) -> None:
     sid = explicit_session(request, path_session)
     if sid is not None:
         await require_session_access(request, sid)
+    elif run_of_key(request) is not None:
+        raise APIError(400, "a call with a run key must name its session (base_url .../sessions/{id}/v1 or "
+                            "X-Agentr1-Session)", code="session_required")
     elif not any(k.startswith(KEY_PREFIX) for k in presented_keys(request)):  # a session key attributes itself
         require_gateway_key(request)
 

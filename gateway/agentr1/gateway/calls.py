@@ -180,6 +180,7 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
     """Persist one step per choice (and the feedback of the step this call continued)."""
     state = call.state
     latency_ms = (time.monotonic() - call.started) * 1000
+    before = (state.next_index, state.previous)
     indices = list(range(state.next_index, state.next_index + len(results)))
     state.next_index += len(results)
     steps: list[StepRecord] = []
@@ -206,7 +207,15 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
     ]
     gw.sessions.note_conversation(state, call.messages_sent, messages[0])
     gw.metrics.observe_call(latency_ms, len(call.plan.prompt_ids), sum(len(r.output_ids) for r in results))
-    await persist(gw, steps, feedback)
+    try:
+        await persist(gw, steps, feedback)
+    except APIError:
+        # Not stored, not answered: the session goes back to where it was, so the agent's retry of this
+        # call takes the same index and continues the last stored step (no gap, no false drift). Unless
+        # a concurrent call of the session has moved on meanwhile.
+        if state.next_index == indices[-1] + 1:
+            state.next_index, state.previous = before
+        raise
     return indices
 
 

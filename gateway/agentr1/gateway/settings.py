@@ -28,6 +28,9 @@ class GatewaySettings(BaseSettings):
     admin_key: str | None = Field(None, description="Key for /admin/* and for reading any session. Unset: admin disabled.")
     api_key: str | None = Field(None, description="Gateway-wide key for POST /sessions and unattributed calls. "
                                 "Unset: those are open.")
+    run_keys: dict[str, str] = Field(default_factory=dict, description="Keys confined to one run, {run id: key} "
+                                     "(JSON in AGENTR1_RUN_KEYS): such a key creates sessions in its run only and "
+                                     "acts on that run's sessions only. Never stored; compared in constant time.")
     max_concurrent_per_key: int = Field(0, ge=0, description="Requests in flight per key (429 over it); 0: no limit.")
     auto_session: bool = Field(True, description="Calls without a session go to an auto-created one (else 400).")
     default_run: str = Field("default", description="Run that sessions without a run belong to.")
@@ -40,6 +43,10 @@ class GatewaySettings(BaseSettings):
     context_policy: str = Field(
         "append_only", description="Context policy for sessions that do not choose one: a name (append_only, "
         "sliding_window, truncate_tool_outputs, summary) or JSON {\"policy\": name, ...options}. docs/gateway.md",
+    )
+    abandon_idle_s: float = Field(
+        0, ge=0, description="Mark running sessions without a call for this many seconds as abandoned (an agent "
+        "or a gateway that died mid-session); checked periodically. 0: never.",
     )
     max_body_bytes: int = 8 * 1024 * 1024
     max_tokens_default: int = 512

@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentr1.gateway.backends.base import GenerateResult
+from agentr1.gateway.backends.base import BackendError, GenerateResult
 from agentr1.gateway.calls import Gateway, PreparedCall, assistant_message, finish_reason, generate_requests, record
 
 HOLD_MARKERS = ("<tool_call>", "<think>", "<|")
@@ -129,8 +129,9 @@ async def stream_chat(gw: Gateway, call: PreparedCall, include_usage: bool) -> A
         gw.metrics.errors += 1
         status = getattr(exc, "status", getattr(exc, "status_code", 500))
         message = getattr(exc, "message", None) or str(exc)
+        code = getattr(exc, "code", None) or ("backend_error" if isinstance(exc, BackendError) else None)
         yield sse({"error": {"message": message, "type": "server_error" if status >= 500 else "invalid_request_error",
-                             "param": None, "code": getattr(exc, "code", None)}})
+                             "param": None, "code": code}})
     finally:
         for task in tasks:
             task.cancel()

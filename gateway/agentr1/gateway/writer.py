@@ -21,9 +21,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+from sqlalchemy.exc import InterfaceError, OperationalError
+
 from agentr1.store import FeedbackRecord, StepRecord, StoreError, TraceStore
 
 log = logging.getLogger("agentr1.gateway.writer")
+DATABASE_DOWN = (OperationalError, InterfaceError)  # the connection or the lock failed, not one step
 
 
 @dataclass(slots=True)
@@ -91,6 +94,8 @@ class StepWriter:
         started = time.monotonic()
         try:
             await asyncio.to_thread(self._write, batch)
+        except DATABASE_DOWN:
+            await self._commit_again(batch)
         except Exception:
             # One bad item must not sink the others: retry them one by one.
             for item in batch:
@@ -104,6 +109,19 @@ class StepWriter:
             for item in batch:
                 self._succeed(item)
         self.last_commit_lag_s = time.monotonic() - started
+
+    async def _commit_again(self, batch: list[_Item]) -> None:
+        """The database, not an item, failed (a dropped connection, a lock held past the busy timeout):
+        one more try of the whole batch on a fresh connection, then fail them all. Retrying item by item
+        here would wait out the lock once per item, holding every later commit back."""
+        try:
+            await asyncio.to_thread(self._write, batch)
+        except Exception as exc:
+            for item in batch:
+                self._fail(item, exc)
+        else:
+            for item in batch:
+                self._succeed(item)
 
     def _write(self, batch: list[_Item]) -> None:
         steps = [i.step for i in batch if i.step is not None]

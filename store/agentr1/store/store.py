@@ -220,14 +220,19 @@ class TraceStore:
             if reward is not None:
                 db.add(RewardRow(session_id=session_id, value=float(reward), name="outcome", source="agent"))
 
-    def abandon_stale(self, older_than: dt.datetime) -> int:
-        """Mark running sessions created before ``older_than`` as abandoned; returns how many."""
+    def abandon_stale(self, older_than: dt.datetime, *, run_id: str | None = None) -> int:
+        """Mark running sessions with no activity since ``older_than`` (created before it, no step stored
+        at or after it) as abandoned; only those of ``run_id`` if given. Returns how many.
+
+        An agent that died (or whose gateway was killed) leaves its session running forever; marking it
+        says the trajectory is incomplete, so nothing that selects finished sessions trains on it."""
+        recent_step = select(StepRow.id).where(StepRow.session_id == SessionRow.id, StepRow.created_at >= older_than)
+        query = update(SessionRow).where(SessionRow.status == "running", SessionRow.created_at < older_than,
+                                         ~recent_step.exists())
+        if run_id is not None:
+            query = query.where(SessionRow.run_id == run_id)
         with self._write() as db:
-            result = db.execute(
-                update(SessionRow)
-                .where(SessionRow.status == "running", SessionRow.created_at < older_than)
-                .values(status="abandoned", finished_at=dt.datetime.now(dt.UTC))
-            )
+            result = db.execute(query.values(status="abandoned", finished_at=dt.datetime.now(dt.UTC)))
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     # -- steps -------------------------------------------------------------------------------

@@ -1,17 +1,23 @@
 """Checkpoints: `<out>/checkpoints/step_<k>/` holds a servable HF directory (`hf/`), the engine's
 resumable state (`engine/`: weights, optimizer, schedule) and the trainer's state (`trainer_state.json`:
 step, task position, run id, policy version). A checkpoint directory appears only when complete
-(written under a temporary name, then renamed), so an interrupted save never looks resumable."""
+(written under a temporary name, then renamed), so an interrupted save never looks resumable.
+
+Resuming never trains twice on the same sessions: online, each step rolls out new sessions and the
+task position is in the state; offline, the state holds the cursor over the selection and the time the
+selection was first made (``offline_as_of``), so sessions that reach the store later cannot shift it."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 STATE_FILE = "trainer_state.json"
+CHECKPOINT_NAME = re.compile(r"step_(\d+)")  # not step_<k>.partial: a save that was interrupted
 
 
 @dataclass
@@ -21,6 +27,7 @@ class TrainerState:
     sampler_position: int = 0
     policy_version: int = 0
     offline_cursor: int = 0  # groups of the offline selection already trained on
+    offline_as_of: str | None = None  # ISO time of the offline selection: what finished later is not in it
 
     @classmethod
     def load(cls, checkpoint: Path) -> TrainerState:
@@ -32,8 +39,9 @@ def checkpoints_dir(out_dir: Path) -> Path:
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    done = [p for p in checkpoints_dir(out_dir).glob("step_*") if (p / STATE_FILE).exists()]
-    return max(done, key=lambda p: int(p.name.split("_")[1])) if done else None
+    done = {int(m.group(1)): p for p in checkpoints_dir(out_dir).glob("step_*")
+            if (m := CHECKPOINT_NAME.fullmatch(p.name)) and (p / STATE_FILE).exists()}
+    return done[max(done)] if done else None
 
 
 def save_checkpoint(out_dir: Path, engine: Any, state: TrainerState) -> Path:

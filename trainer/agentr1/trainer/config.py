@@ -13,6 +13,21 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+def load_yaml(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """A YAML config as a dict, with ``key.sub=value`` overrides (verl/Hydra style) applied."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} must look like key.sub=value")
+        node = raw
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return raw
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -24,11 +39,21 @@ class AgentConfig(_Strict):
     entrypoint: str | None = None
     command: list[str] | None = None
     timeout_s: float = 300.0
+    # The gateway context policy of every rollout session (what the model sees, o_{t+1} = C(z_0..z_t)),
+    # e.g. {"policy": "sliding_window", "keep_last_turns": 2}; None = the gateway's default.
+    context: str | dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> AgentConfig:
         if (self.entrypoint is None) == (self.command is None):
             raise ValueError("agent needs exactly one of `entrypoint` (module:function) or `command`")
+        if self.context is not None:
+            if self.command is not None:
+                raise ValueError("agent.context applies to `entrypoint` agents (the runner of a `command` "
+                                 "creates its session itself)")
+            from agentr1.gateway.context import build_policy  # validated at load, not once per rollout
+
+            self.context = build_policy(self.context).config
         return self
 
 
@@ -66,6 +91,24 @@ class RewardSection(_Strict):
     outcome_placement: Literal["last", "spread"] = "last"  # the outcome on the last step, or spread over all
 
 
+class DistillConfig(_Strict):
+    """On-policy distillation: the teacher scores the student's sampled tokens; the per-token
+    advantage ``coef * (teacher_logp - student_logp)`` (minus the single-sample reverse KL) replaces
+    the task advantages (``alone``) or is added to them."""
+
+    teacher: str  # a local HF model (name or directory, as actor_rollout_ref.model), or the SGLang model id
+    backend: Literal["local", "sglang"] = "local"
+    url: str | None = None  # the SGLang server (backend "sglang")
+    coef: float = 1.0
+    alone: bool = True
+
+    @model_validator(mode="after")
+    def _url_for_sglang(self) -> DistillConfig:
+        if (self.backend == "sglang") != (self.url is not None):
+            raise ValueError("algorithm.distill.url is required with backend 'sglang' and only there")
+        return self
+
+
 class AlgorithmConfig(_Strict):
     adv_estimator: str = "grpo"
     gamma: float = 1.0
@@ -73,6 +116,7 @@ class AlgorithmConfig(_Strict):
     norm_adv_by_std_in_grpo: bool = True
     gigpo_step_weight: float = 1.0
     layout: Literal["merged", "per_step"] = "merged"
+    distill: DistillConfig | None = None  # on-policy distillation from a teacher (agentr1.trainer.distill)
 
 
 class RolloutConfig(_Strict):
@@ -123,6 +167,12 @@ class TrainerSection(_Strict):
     device: str = "auto"
     resume: bool = True
     seed: int = 0
+    mode: Literal["sync", "async"] = "sync"  # async: rollouts continue during updates (agentr1.trainer.async_loop)
+    # ray: verl's FSDP workers as Ray actors (agentr1.trainer.engine.ray_engine, docs/scale-out.md)
+    engine: Literal["local", "ray"] = "local"
+    n_gpus_per_node: int = Field(1, ge=1)  # engine ray: workers per node for each model (verl's name)
+    nnodes: int = Field(1, ge=1)
+    ray_address: str | None = None  # engine ray: a running cluster ("auto" after `ray start`); None: start one here
 
 
 class JobConfig(_Strict):
@@ -140,22 +190,18 @@ class JobConfig(_Strict):
     def _agent_or_offline(self) -> JobConfig:
         if self.agent is None and self.offline is None:
             raise ValueError("set `agent` (what to run per task) or `offline` (stored sessions to train on)")
+        if self.trainer.mode == "async":
+            if self.offline is not None:
+                raise ValueError("trainer.mode 'async' overlaps rollouts with updates: it needs `agent`, not `offline`")
+            if self.actor_rollout_ref.rollout.max_staleness < 1:
+                raise ValueError("trainer.mode 'async' needs actor_rollout_ref.rollout.max_staleness >= 1: with 0, "
+                                 "every group still running during an update would be dropped")
         return self
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> JobConfig:
         """Load ``path`` and apply ``key.sub=value`` overrides (verl/Hydra style)."""
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-        for item in overrides or []:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ValueError(f"override {item!r} must look like key.sub=value")
-            node = raw
-            *parents, leaf = key.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = yaml.safe_load(value)
-        return cls.model_validate(raw)
+        return cls.model_validate(load_yaml(path, overrides))
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -7,6 +7,7 @@ replay (exact-token rows from the store) -> advantages -> update (verl) -> weigh
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import time
@@ -21,6 +22,7 @@ from agentr1.trainer.algorithms import AdvantageConfig, compute_advantages, get_
 from agentr1.trainer.batch import BatchConfig, build_rows
 from agentr1.trainer.checkpoints import TrainerState, latest_checkpoint, save_checkpoint
 from agentr1.trainer.config import JobConfig
+from agentr1.trainer.distill import build_distiller
 from agentr1.trainer.offline import OfflineSource
 from agentr1.trainer.rewards import RewardConfig, SessionRewards
 from agentr1.trainer.rollout import AgentRunner, collect
@@ -52,7 +54,7 @@ class Trainer:
         from agentr1.gateway.models import resolve_model
         from agentr1.gateway.server import BackgroundServer
         from agentr1.gateway.settings import GatewaySettings
-        from agentr1.trainer.engine import LocalPolicyEngine
+        from agentr1.trainer.engine.ray_engine import policy_engine_for
 
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -61,18 +63,23 @@ class Trainer:
         self.model_path = resolve_model(cfg.actor_rollout_ref.model)
         resume = latest_checkpoint(self.out_dir) if cfg.trainer.resume else None
         self.state = TrainerState.load(resume) if resume else TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
-        self.engine = LocalPolicyEngine(self.model_path, engine_config(cfg))
+        self.engine = policy_engine_for(self.model_path, engine_config(cfg), cfg.trainer)
         serve_from = self.model_path
         if resume is not None:
             self.engine.load_checkpoint(resume / "engine")
             serve_from = resume / "hf"
             log.info("resuming %s from %s (step %d)", self.state.run_id, resume, self.state.step)
+            # rollouts the interruption cut short stay running: mark them (they are never trained on)
+            self.store.abandon_stale(dt.datetime.now(dt.UTC), run_id=self.state.run_id)
         self.store.ensure_run(self.state.run_id, cfg.run_name)
         self.reward_config = RewardConfig(outcome_placement=cfg.reward.outcome_placement)
         self.reward_fns = {spec: load_callable(spec) for spec in cfg.reward.functions}
         if cfg.offline is not None:  # train on stored sessions: no serving, no rollouts, no evaluation
-            self.offline: OfflineSource | None = OfflineSource(cfg.offline, cfg.data.train_batch_size,
-                                                               self.reward_config)
+            # the selection as of the run's first start, so the resumed cursor points at the same groups
+            self.state.offline_as_of = self.state.offline_as_of or dt.datetime.now(dt.UTC).isoformat()
+            self.offline: OfflineSource | None = OfflineSource(
+                cfg.offline, cfg.data.train_batch_size, self.reward_config,
+                as_of=dt.datetime.fromisoformat(self.state.offline_as_of))
             self.backend = self.server = None
             self.train_tasks, self.val_tasks = [], []
         else:
@@ -87,6 +94,7 @@ class Trainer:
             self.train_tasks = load_tasks(cfg.data, "train")
             self.val_tasks = load_tasks(cfg.data, "val") if (cfg.data.val_files or cfg.data.generator) else []
         self.runner = AgentRunner(cfg.agent) if cfg.agent is not None else None
+        self.distiller = build_distiller(cfg, self.model_path, self.engine) if cfg.algorithm.distill else None
         self.sampler = TaskSampler(self.train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
                                    position=self.state.sampler_position)
         self.tracker = Tracker(self.out_dir, cfg.trainer.total_training_steps, start_step=self.state.step,
@@ -95,6 +103,10 @@ class Trainer:
     # -- train --------------------------------------------------------------------------------
 
     def train(self) -> dict[str, float]:
+        if self.config.trainer.mode == "async":
+            from agentr1.trainer.async_loop import AsyncTrainLoop
+
+            return asyncio.run(AsyncTrainLoop(self).run())
         return asyncio.run(self._train())
 
     async def _train(self) -> dict[str, float]:
@@ -110,40 +122,55 @@ class Trainer:
             started = time.monotonic()
             # 1-2. rollout and reward: new sessions of the current policy (or stored ones, offline)
             data = self._offline_data() if self.offline is not None else await self._rollout(step)
-            # 3. replay: exact-token rows from the stored steps
-            batch = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
-                                                          max_length=self.config.actor_rollout_ref.actor.max_length),
-                               rewards=data.rewards)
-            metrics = {**data.metrics, **{f"batch/{k}": float(v) for k, v in batch.metrics.items()}}
-            if batch.rows:
-                # 4. advantages (values from the critic when the estimator needs them)
-                if get_adv_estimator(self.config.algorithm.adv_estimator).needs_values:
-                    values = await asyncio.to_thread(self.engine.compute_values, batch.rows)
-                    for row, v in zip(batch.rows, values, strict=True):
-                        row.values = v
-                metrics.update(compute_advantages(batch.rows, advantage_config(self.config)))
-                # 5. update the policy (and the critic) through verl
-                temperature = self.config.actor_rollout_ref.rollout.temperature
-                metrics.update(await asyncio.to_thread(self.engine.update, batch.rows, temperature=temperature))
-                if self.engine.critic is not None:
-                    metrics.update(await asyncio.to_thread(self.engine.update_critic, batch.rows))
-                # 6. weights to the serving backend: later steps record the new policy version
-                if self.backend is not None:
-                    self.state.policy_version = await self.engine.sync_to(self.backend)
-                else:
-                    self.state.policy_version += 1
+            metrics = await self._learn(data)
             metrics["perf/step_s"] = time.monotonic() - started
-            metrics["policy_version"] = float(self.state.policy_version)
-            self.state.step, self.state.sampler_position = step, self.sampler.position
-            if cfg.test_freq and step % cfg.test_freq == 0 and step < cfg.total_training_steps and self.val_tasks:
-                metrics.update(await self.evaluate())
-            if step == cfg.total_training_steps and self.val_tasks:
-                metrics.update(await self.evaluate())
-            self.tracker.log(step, metrics)
-            if (cfg.save_freq and step % cfg.save_freq == 0) or step == cfg.total_training_steps:
-                save_checkpoint(self.out_dir, self.engine, self.state)
+            await self._end_step(step, metrics)
             last = metrics
         return last
+
+    async def _learn(self, data: StepData) -> dict[str, float]:
+        """Steps 3-6 of a training step (shared with the asynchronous loop): rows, advantages,
+        update, weight sync. Returns the step's metrics (``data.metrics`` included)."""
+        # 3. replay: exact-token rows from the stored steps
+        batch = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
+                                                      max_length=self.config.actor_rollout_ref.actor.max_length),
+                           rewards=data.rewards)
+        metrics = {**data.metrics, **{f"batch/{k}": float(v) for k, v in batch.metrics.items()}}
+        if not batch.rows:
+            return metrics
+        # 4. advantages (values from the critic when the estimator needs them; a teacher's when distilling)
+        if get_adv_estimator(self.config.algorithm.adv_estimator).needs_values:
+            values = await asyncio.to_thread(self.engine.compute_values, batch.rows)
+            for row, v in zip(batch.rows, values, strict=True):
+                row.values = v
+        metrics.update(compute_advantages(batch.rows, advantage_config(self.config)))
+        if self.distiller is not None:
+            metrics.update(await asyncio.to_thread(self.distiller.apply, batch.rows))
+        # 5. update the policy (and the critic) through verl
+        temperature = self.config.actor_rollout_ref.rollout.temperature
+        metrics.update(await asyncio.to_thread(self.engine.update, batch.rows, temperature=temperature))
+        if self.engine.critic is not None:
+            metrics.update(await asyncio.to_thread(self.engine.update_critic, batch.rows))
+        # 6. weights to the serving backend: later steps record the new policy version
+        if self.backend is not None:
+            self.state.policy_version = await self.engine.sync_to(self.backend)
+        else:
+            self.state.policy_version += 1
+        return metrics
+
+    async def _end_step(self, step: int, metrics: dict[str, float]) -> None:
+        """Bookkeeping after an update (shared with the asynchronous loop): state, evaluation,
+        metrics, checkpoint."""
+        cfg = self.config.trainer
+        metrics["policy_version"] = float(self.state.policy_version)
+        self.state.step, self.state.sampler_position = step, self.sampler.position
+        if cfg.test_freq and step % cfg.test_freq == 0 and step < cfg.total_training_steps and self.val_tasks:
+            metrics.update(await self.evaluate())
+        if step == cfg.total_training_steps and self.val_tasks:
+            metrics.update(await self.evaluate())
+        self.tracker.log(step, metrics)
+        if (cfg.save_freq and step % cfg.save_freq == 0) or step == cfg.total_training_steps:
+            save_checkpoint(self.out_dir, self.engine, self.state)
 
     async def _rollout(self, step: int) -> StepData:
         rollout = self.config.actor_rollout_ref.rollout
@@ -215,7 +242,8 @@ def engine_config(cfg: JobConfig) -> Any:
         ppo_micro_batch_size_per_gpu=actor.ppo_micro_batch_size_per_gpu or None,
         ppo_max_token_len_per_gpu=actor.ppo_max_token_len_per_gpu, device=cfg.trainer.device,
         critic=get_adv_estimator(cfg.algorithm.adv_estimator).needs_values, seed=cfg.trainer.seed,
-        rollout_is="token" if cfg.offline is not None else None,
+        # sessions sampled by an older policy (stored, or in flight during an async update): IS weights
+        rollout_is="token" if cfg.offline is not None or cfg.trainer.mode == "async" else None,
     )
 
 

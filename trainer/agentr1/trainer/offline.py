@@ -17,13 +17,16 @@ from agentr1.trainer.config import StoreSelection
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
 
 
-def select_groups(store: TraceStore, sel: StoreSelection) -> list[list[SessionRecord]]:
+def select_groups(store: TraceStore, sel: StoreSelection, *, as_of: dt.datetime | None = None
+                  ) -> list[list[SessionRecord]]:
+    """The selection in task groups; with ``as_of``, as it was then (sessions created or ended later are
+    left out), so a resumed run sees the same groups in the same order however the store grew."""
     after = dt.datetime.fromisoformat(sel.created_after) if sel.created_after else None
     before = dt.datetime.fromisoformat(sel.created_before) if sel.created_before else None
     groups = []
     for group in store.iter_groups(sel.run_id, statuses=tuple(sel.statuses), min_policy_version=sel.min_policy_version,
                                    max_policy_version=sel.max_policy_version):
-        kept = [s for s in group if _in_window(s, after, before)]
+        kept = [s for s in group if _in_window(s, after, before) and _existed(s, as_of)]
         if kept:
             groups.append(kept)
     return groups
@@ -38,12 +41,20 @@ def _in_window(session: SessionRecord, after: dt.datetime | None, before: dt.dat
     return not (before is not None and created >= before.astimezone(dt.UTC))
 
 
+def _existed(session: SessionRecord, as_of: dt.datetime | None) -> bool:
+    if as_of is None:
+        return True
+    moment = as_of.astimezone(dt.UTC)
+    return all(t is None or t <= moment for t in (session.created_at, session.finished_at))
+
+
 class OfflineSource:
     """The selected task groups, handed out ``batch_size`` groups per training step."""
 
-    def __init__(self, sel: StoreSelection, batch_size: int, reward_config: RewardConfig) -> None:
+    def __init__(self, sel: StoreSelection, batch_size: int, reward_config: RewardConfig, *,
+                 as_of: dt.datetime | None = None) -> None:
         with TraceStore.open(sel.db, migrate=False) as source:
-            self.groups = select_groups(source, sel)
+            self.groups = select_groups(source, sel, as_of=as_of)
         if not self.groups:
             raise ValueError(f"the offline selection matched no sessions in {sel.db} (run {sel.run_id!r}, "
                              f"statuses {sel.statuses})")

@@ -49,7 +49,9 @@ class AgentRunner:
             self._count(report, ok=result.ok, timed_out=result.timed_out, error=result.stderr[-300:])
             return
         assert self.fn is not None
-        metadata = {"step": step, "sample": sample}
+        metadata: dict[str, Any] = {"step": step, "sample": sample}
+        if self.config.context is not None:  # the gateway applies it to every call of the session
+            metadata["context"] = self.config.context
         try:
             async with session(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata,
                                new=True) as active:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 CURVES = (("reward/mean", "reward"), ("success/val", "held-out success"), ("actor/pg_loss", "policy loss"),
-          ("actor/kl", "KL to reference"))
+          ("actor/kl", "KL to reference"), ("sft/loss", "SFT loss"))
 
 
 class Tracker:
@@ -45,7 +45,8 @@ class Tracker:
                     self.tb.add_scalar(key, value, step)
             self.tb.flush()
         summary = "  ".join(f"{label} {metrics[key]:.3f}" for key, label in
-                            (("reward/mean", "reward"), ("actor/pg_loss", "loss"), ("actor/kl", "kl"))
+                            (("reward/mean", "reward"), ("actor/pg_loss", "loss"), ("actor/kl", "kl"),
+                             ("sft/loss", "sft loss"))
                             if key in metrics)
         if "perf/tokens_per_s" in metrics:
             summary += f"  {metrics['perf/tokens_per_s']:.0f} tok/s"

@@ -37,6 +37,8 @@ from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateRes
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# what parsing a body that is not the protocol's answer raises (json.JSONDecodeError is a ValueError)
+MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
 class RemoteBase:
@@ -209,6 +211,8 @@ class RemoteBase:
             server.in_flight += 1
             try:
                 result = await call(server, attempt)
+            except MALFORMED as exc:
+                raise self._malformed(server, exc) from exc
             except Retry as exc:
                 delay = self._note_failure(server, exc, attempt)
                 failed = server
@@ -235,6 +239,8 @@ class RemoteBase:
                     async for item in items:
                         yielded = True
                         yield item
+            except MALFORMED as exc:
+                raise self._malformed(server, exc) from exc
             except Retry as exc:
                 delay = self._note_failure(server, exc, attempt)
                 failed = server
@@ -246,6 +252,13 @@ class RemoteBase:
             self.pool.mark_up(server)
             server.served += 1
             return
+
+    def _malformed(self, server: Server, exc: Exception) -> BackendError:
+        """A 200 whose body is not this protocol's answer (an HTML error page of a proxy, a wrong port,
+        a broken server): a 502 with what was wrong, not the gateway's own 500. Not retried."""
+        log.warning("%s server %s sent a malformed answer: %r", self.name, server.url, exc)
+        return BackendError(f"{server.url} sent a malformed answer, not a {self.name} generate answer "
+                            f"({type(exc).__name__}: {exc})"[:500])
 
     async def _next_server(self, key: str | None, failed: Server | None, delay: float) -> Server:
         server = self.pool.ranked(key)[0]

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from agentr1.gateway.auth import require_gateway_key, require_session_access
+from agentr1.gateway.auth import require_session_access, session_run
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError
@@ -23,7 +23,7 @@ def _gw(request: Request) -> Gateway:
 
 @router.post("", status_code=201)
 async def create_session(body: SessionCreate, request: Request) -> dict[str, Any]:
-    require_gateway_key(request)
+    run_id = session_run(request, body.run_id)
     gw = _gw(request)
     metadata = dict(body.metadata)
     context = body.context if body.context is not None else metadata.get("context")
@@ -32,7 +32,7 @@ async def create_session(body: SessionCreate, request: Request) -> dict[str, Any
             metadata["context"] = build_policy(context).config
         except ContextPolicyError as exc:
             raise APIError(400, str(exc), code="invalid_request", param="context") from exc
-    state, key = await gw.sessions.create(run_id=body.run_id, task_id=body.task_id, group_id=body.group_id,
+    state, key = await gw.sessions.create(run_id=run_id, task_id=body.task_id, group_id=body.group_id,
                                           metadata=metadata, session_id=body.session_id,
                                           policy_version=gw.backend.policy_version)
     if gw.context is not None:

@@ -74,9 +74,13 @@ class PaddedBatch:
             extra={k: v[idx] for k, v in self.extra.items()},
         )
 
-    def to_tensordict(self, *, keys: Sequence[str] = (), **non_tensor: Any) -> Any:
+    def to_tensordict(self, *, keys: Sequence[str] = (), sequence_loss_mask: bool = False, **non_tensor: Any) -> Any:
         """verl's no-padding TensorDict with the response-aligned ``keys`` from :attr:`extra`
-        and ``non_tensor`` metadata (``temperature``, ``global_batch_size``, ...)."""
+        and ``non_tensor`` metadata (``temperature``, ``global_batch_size``, ...).
+
+        ``sequence_loss_mask``: ``loss_mask`` as verl's SFT data has it (what ``sft_loss`` reads):
+        nested over each whole sequence, 0 on the prompt, ``response_mask`` on the response;
+        otherwise it is the (B, R) ``response_mask`` that ``left_right_2_no_padding`` sets."""
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import left_right_2_no_padding
 
@@ -91,6 +95,10 @@ class PaddedBatch:
         for key in keys:
             tensors[key] = self.extra[key]
         td = left_right_2_no_padding(tu.get_tensordict(tensors))
+        if sequence_loss_mask:
+            full = torch.cat([self.response_mask.new_zeros(self.prompts.shape), self.response_mask], dim=1)
+            values = full[self.attention_mask.bool()]  # row-major, as left_right_2_no_padding packs input_ids
+            td["loss_mask"] = torch.nested.nested_tensor_from_jagged(values, offsets=td["input_ids"].offsets())
         tu.assign_non_tensor(td, **non_tensor)
         return td
 

@@ -231,6 +231,27 @@ class LocalPolicyEngine:
         metrics.update(self._perf(batch, len(steps), skipped, elapsed, "actor/"))
         return metrics
 
+    def sft_update(self, rows: Sequence[TrainRow]) -> dict[str, float]:
+        """One optimizer step of supervised fine-tuning on ``rows`` with verl's ``sft_loss``: the
+        negative log-likelihood of the tokens where ``response_mask`` is 1 (the actions; prompt and
+        feedback tokens carry no loss), averaged over those tokens, through the same verl engine and
+        optimizer as :meth:`update` (verl splits the rows into micro-batches). ``sft/loss`` is
+        that mean NLL before the step."""
+        from verl.workers.utils.losses import sft_loss
+
+        started = time.perf_counter()
+        batch = self._pad(rows)
+        if batch.num_action_tokens == 0:
+            raise ValueError("the rows have no action tokens (response_mask is 0 everywhere): nothing to learn")
+        out = self.actor.train(batch, partial(sft_loss, config=None), keys=[], temperature=1.0,
+                               sequence_loss_mask=True)
+        metrics = {"sft/loss": out.pop("loss"), "sft/lr": self.actor.lr}
+        metrics.update({f"sft/{key.split('/', 1)[-1]}": value for key, value in out.items()})
+        self.actor.lr_step()
+        self.version += 1
+        metrics.update(self._perf(batch, 1, 0, time.perf_counter() - started, "sft/"))
+        return metrics
+
     def update_critic(self, rows: Sequence[TrainRow]) -> dict[str, float]:
         """Fit the critic to the rows' ``returns`` with verl's clipped ``value_loss``."""
         from verl.workers.utils.losses import value_loss

@@ -14,6 +14,7 @@ import importlib.util
 import io
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +24,7 @@ import torch
 from .batch import PaddedBatch
 from .config import PolicyEngineConfig
 
-__all__ = ["Role", "VerlModel", "reduce_metrics"]
+__all__ = ["EngineConfigs", "Role", "VerlModel", "engine_configs", "reduce_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -74,62 +75,85 @@ def _attach_tokenizer(model_config: Any) -> None:
     update_model_config(model_config.hf_config, override_config_kwargs=ids)
 
 
+@dataclass
+class EngineConfigs:
+    """verl's configs of one model: what ``EngineRegistry.new`` (this process) and verl's
+    ``TrainingWorkerConfig`` (Ray workers, :mod:`.ray_engine`) are built from."""
+
+    model_type: str
+    model_config: Any  # HFModelConfig, tokenizer attached
+    engine_config: Any  # FSDPEngineConfig
+    optimizer_config: Any  # FSDPOptimizerConfig
+    remove_padding: bool
+
+
+def engine_configs(model_path: str | Path, *, role: Role, config: PolicyEngineConfig, device: str) -> EngineConfigs:
+    """The verl configs of the ``role`` model at ``model_path`` on ``device``."""
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+
+    model_type = "value_model" if role == "critic" else "language_model"
+    attn = config.attn_implementation or ("flash_attention_2" if _flash_attn_usable(device) else "sdpa")
+    remove_padding = config.remove_padding if config.remove_padding is not None else attn.startswith("flash")
+    param_dtype = config.param_dtype
+    if param_dtype == "auto":
+        param_dtype = "fp32" if device == "cpu" else "bf16"
+    model_config = HFModelConfig(
+        path=str(model_path),
+        model_type=model_type,
+        override_config={"attn_implementation": attn},
+        use_remove_padding=remove_padding,
+        enable_gradient_checkpointing=config.gradient_checkpointing and role != "ref",
+        load_tokenizer=False,  # loaded once per directory below (verl would load it per model)
+    )
+    _attach_tokenizer(model_config)
+    dynamic = config.ppo_micro_batch_size_per_gpu is None
+    engine_config = FSDPEngineConfig(
+        strategy="fsdp2",
+        # verl offloads forward-only models with pinned CPU memory, which needs an accelerator
+        forward_only=role == "ref" and device != "cpu",
+        model_dtype="bf16" if role == "ref" and param_dtype == "bf16" else "fp32",
+        mixed_precision={"param_dtype": param_dtype, "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        use_torch_compile=config.use_torch_compile if config.use_torch_compile is not None else device == "cuda",
+        use_dynamic_bsz=dynamic,
+        max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
+        infer_max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
+        micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
+        infer_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
+        use_remove_padding=remove_padding,
+        seed=config.seed,
+    )
+    critic = role == "critic"
+    optimizer_config = FSDPOptimizerConfig(
+        optimizer=config.optimizer,
+        optimizer_impl=config.optimizer_impl,
+        override_optimizer_config=config.override_optimizer_config,
+        lr=config.critic_lr if critic else config.lr,
+        weight_decay=config.weight_decay,
+        betas=(float(config.betas[0]), float(config.betas[1])),
+        clip_grad=config.clip_grad,
+        lr_warmup_steps=config.critic_warmup_steps if critic else config.lr_warmup_steps,
+        lr_scheduler_type=config.lr_scheduler_type,
+        total_training_steps=config.total_training_steps,
+        min_lr_ratio=config.min_lr_ratio,
+    )
+    return EngineConfigs(model_type, model_config, engine_config, optimizer_config, remove_padding)
+
+
 class VerlModel:
     """A policy (``actor``), frozen reference (``ref``) or value model (``critic``) on one device."""
 
     def __init__(self, model_path: str | Path, *, role: Role, config: PolicyEngineConfig, device: str) -> None:
         from verl.trainer.config import CheckpointConfig
-        from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
         from verl.workers.engine import EngineRegistry
 
         self.role = role
         self.device = device
-        self.model_type = "value_model" if role == "critic" else "language_model"
-        attn = config.attn_implementation or ("flash_attention_2" if _flash_attn_usable(device) else "sdpa")
-        remove_padding = config.remove_padding if config.remove_padding is not None else attn.startswith("flash")
-        self.remove_padding = remove_padding
-        param_dtype = config.param_dtype
-        if param_dtype == "auto":
-            param_dtype = "fp32" if device == "cpu" else "bf16"
-        self.model_config = HFModelConfig(
-            path=str(model_path),
-            model_type=self.model_type,
-            override_config={"attn_implementation": attn},
-            use_remove_padding=remove_padding,
-            enable_gradient_checkpointing=config.gradient_checkpointing and role != "ref",
-            load_tokenizer=False,  # loaded once per directory below (verl would load it per model)
-        )
-        _attach_tokenizer(self.model_config)
-        dynamic = config.ppo_micro_batch_size_per_gpu is None
-        self.engine_config = FSDPEngineConfig(
-            strategy="fsdp2",
-            # verl offloads forward-only models with pinned CPU memory, which needs an accelerator
-            forward_only=role == "ref" and device != "cpu",
-            model_dtype="bf16" if role == "ref" and param_dtype == "bf16" else "fp32",
-            mixed_precision={"param_dtype": param_dtype, "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
-            use_torch_compile=config.use_torch_compile if config.use_torch_compile is not None else device == "cuda",
-            use_dynamic_bsz=dynamic,
-            max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
-            infer_max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
-            micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
-            infer_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
-            use_remove_padding=remove_padding,
-            seed=config.seed,
-        )
-        critic = role == "critic"
-        self.optimizer_config = FSDPOptimizerConfig(
-            optimizer=config.optimizer,
-            optimizer_impl=config.optimizer_impl,
-            override_optimizer_config=config.override_optimizer_config,
-            lr=config.critic_lr if critic else config.lr,
-            weight_decay=config.weight_decay,
-            betas=(float(config.betas[0]), float(config.betas[1])),
-            clip_grad=config.clip_grad,
-            lr_warmup_steps=config.critic_warmup_steps if critic else config.lr_warmup_steps,
-            lr_scheduler_type=config.lr_scheduler_type,
-            total_training_steps=config.total_training_steps,
-            min_lr_ratio=config.min_lr_ratio,
-        )
+        built = engine_configs(model_path, role=role, config=config, device=device)
+        self.model_type = built.model_type
+        self.remove_padding = built.remove_padding
+        self.model_config = built.model_config
+        self.engine_config = built.engine_config
+        self.optimizer_config = built.optimizer_config
         self.engine = EngineRegistry.new(
             model_type=self.model_type,
             backend="fsdp2",

@@ -1,0 +1,72 @@
+"""AgentEnvLoop: drive an :class:`AgentEnv` with the policy, through the gateway.
+
+Every model call goes through an OpenAI client of the current agentr1 session, so it is an ordinary
+recorded step (exact token ids, logprobs, the messages the model saw). Each step's environment
+reward is reported on that step (``areward(..., step="last", source="environment")``), so the trace
+carries r_t where it was earned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentr1.envs.base import AgentEnv, StepResult
+from agentr1.sdk import areward, async_openai_client
+
+
+@dataclass
+class Episode:
+    """The result of one :meth:`AgentEnvLoop.run`."""
+
+    total_reward: float
+    steps: int
+    done: bool  # False when max_steps ran out first
+    info: dict[str, Any] = field(default_factory=dict)  # the last step's info
+    rewards: list[float] = field(default_factory=list)  # r_t of each step
+    last_action: dict[str, Any] | None = None  # the model's last assistant message
+
+
+class AgentEnvLoop:
+    """``await AgentEnvLoop(env, max_steps=8, temperature=0).run()`` inside an agentr1 session.
+
+    ``sampling`` goes to ``chat.completions.create`` as is (``temperature``, ``max_tokens``, ...);
+    ``model`` is the name the gateway serves (``policy``)."""
+
+    def __init__(self, env: AgentEnv, max_steps: int = 8, *, model: str = "policy", client: Any = None,
+                 **sampling: Any) -> None:
+        if not isinstance(env, AgentEnv):
+            raise TypeError(f"env must be an AgentEnv, got {type(env).__name__}")
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        for reserved in ("messages", "tools", "stream"):
+            if reserved in sampling:
+                raise ValueError(f"{reserved!r} is set by the loop, not a sampling parameter")
+        self.env, self.max_steps, self.model, self.client, self.sampling = env, max_steps, model, client, sampling
+
+    async def _act(self, client: Any, observation: list[dict[str, Any]]) -> dict[str, Any]:
+        tools = [tool.schema() for tool in self.env.tools]
+        extra = {"tools": tools} if tools else {}
+        reply = await client.chat.completions.create(model=self.model, messages=observation, **extra,
+                                                     **self.sampling)
+        return reply.choices[0].message.model_dump(exclude_none=True)
+
+    async def run(self) -> Episode:
+        client = self.client or async_openai_client()
+        episode = Episode(total_reward=0.0, steps=0, done=False)
+        try:
+            observation = await self.env.reset()
+            while episode.steps < self.max_steps and not episode.done:
+                action = await self._act(client, observation)
+                result = await self.env.step(action)
+                if not isinstance(result, StepResult):
+                    raise TypeError(f"{type(self.env).__name__}.step must return a StepResult, got {result!r}")
+                await areward(float(result.reward), name="env", step="last", source="environment")
+                episode.steps += 1
+                episode.rewards.append(float(result.reward))
+                episode.total_reward += float(result.reward)
+                episode.done, episode.info, episode.last_action = result.done, result.info, action
+                observation = result.observation
+        finally:
+            await self.env.close()
+        return episode

@@ -1,0 +1,204 @@
+"""On-policy distillation: the reverse-KL advantage on known log-probs, the shared-tokenizer check,
+the SGLang teacher's protocol, and a real run (tiny random student, SmolLM2-135M-Instruct teacher)
+that brings the student closer to the teacher on held-out prompts. This module doubles as the
+agent of that run (``test_distill:answer``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentr1.trainer.config import JobConfig
+from agentr1.trainer.distill import Distiller, check_same_tokenizer, reverse_kl_advantages
+from agentr1.trainer.distill_eval import agreement_with_teacher, teacher_contexts
+from agentr1.trainer.loop import Trainer
+from agentr1.trainer.rows import TrainRow
+
+# -- the agent and tasks of the run ----------------------------------------------------------------
+
+TOPICS = ["the sea", "a cat", "music", "trees", "the moon", "bread", "rain", "a city", "winter", "books",
+          "coffee", "a river"]
+HELD_OUT = ["Tell me about mountains.", "Describe a garden.", "What is a computer?", "Write about summer."]
+
+
+def make_tasks(split: str, n: int, seed: int) -> list[dict]:
+    return [{"id": f"{split}-{i}", "question": f"Write one sentence about {TOPICS[i % len(TOPICS)]}."}
+            for i in range(n)]
+
+
+def answer(task: dict) -> str:
+    from agentr1.sdk import openai_client
+
+    reply = openai_client().chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": task["question"]}], max_tokens=16, temperature=1.0)
+    return reply.choices[0].message.content or ""
+
+
+# -- unit ------------------------------------------------------------------------------------------
+
+
+def _row(mask: list[int], advantages: list[float] | None = None) -> TrainRow:
+    n = len(mask)
+    return TrainRow(prompt_ids=[1, 2], response_ids=list(range(10, 10 + n)), response_mask=mask,
+                    old_logprobs=[-1.0 if m else 0.0 for m in mask], token_rewards=[0.0] * n, segments=[],
+                    session_id="s", group_id="g", advantages=advantages or [])
+
+
+def test_reverse_kl_advantage_is_teacher_minus_student_on_sampled_tokens():
+    row = _row([1, 1, 0, 1])
+    metrics = reverse_kl_advantages([row], [[-0.5, -3.0, -9.0, -1.0]], [[-1.0, -1.0, 0.0, -1.0]], coef=2.0,
+                                    alone=True)
+    assert row.advantages == [1.0, -4.0, 0.0, 0.0]  # 2 * (teacher - student); feedback token untouched
+    assert metrics["distill/reverse_kl"] == pytest.approx((-0.5 + 2.0 + 0.0) / 3)
+    assert metrics["distill/tokens"] == 3.0
+
+
+def test_reverse_kl_advantage_adds_to_task_advantages():
+    row = _row([1, 0, 1], advantages=[0.5, 0.0, 0.5])
+    reverse_kl_advantages([row], [[-2.0, -7.0, -1.0]], [[-1.0, 0.0, -1.0]], coef=0.1, alone=False)
+    assert row.advantages == pytest.approx([0.4, 0.0, 0.5])
+
+
+def test_reverse_kl_advantage_rejects_misaligned_log_probs():
+    with pytest.raises(ValueError, match="row 0"):
+        reverse_kl_advantages([_row([1, 1])], [[-1.0]], [[-1.0, -1.0]], coef=1.0, alone=True)
+    with pytest.raises(ValueError, match="for 1 rows"):
+        reverse_kl_advantages([_row([1])], [], [], coef=1.0, alone=True)
+
+
+def test_distiller_recomputes_missing_student_log_probs():
+    class Teacher:
+        def logprobs(self, rows):
+            return [[-2.0] * len(r.response_ids) for r in rows]
+
+    row = _row([1, 1])
+    row.has_old_logprobs = False
+    asked = []
+    distiller = Distiller(Teacher(), coef=1.0, alone=True,
+                          student_logprobs=lambda rows: asked.append(len(rows)) or [[-0.5, -0.5]])
+    distiller.apply([row])
+    assert asked == [1] and row.advantages == [-1.5, -1.5]
+
+
+def test_tokenizer_mismatch_is_a_clear_error(tmp_path, tiny_model_path):
+    from transformers import AutoTokenizer
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_path, other)
+    tokenizer = AutoTokenizer.from_pretrained(other)
+    tokenizer.add_tokens(["<new_tool_token>"])
+    tokenizer.save_pretrained(other)
+    check_same_tokenizer(tiny_model_path, tiny_model_path)
+    with pytest.raises(ValueError, match=r"tokenizers differ.*<new_tool_token>"):
+        check_same_tokenizer(tiny_model_path, other)
+
+
+# -- the teachers against plain transformers -------------------------------------------------------
+
+
+def scoring_sglang_app(model_path: Path):
+    """A fake SGLang server for the one request :class:`SGLangTeacher` sends (SGLang itself needs a
+    CUDA build that cannot run here): ``POST /generate`` with ``input_ids``, ``sampling_params``
+    ``{max_new_tokens: 0, ...}``, ``return_logprob`` and ``logprob_start_len`` k answers, as SGLang
+    0.5 does, ``{output_ids: [], meta_info: {input_token_logprobs: [[logprob, token_id, null], ...]}}``
+    for positions k..end, each the log-prob of that token given the tokens before it (null at
+    position 0, which has no context). Log-probs from the real model (transformers, float32)."""
+    import torch
+    from engine_fixtures import load_plain_model
+    from fastapi import FastAPI
+
+    model = load_plain_model(model_path)
+    app = FastAPI()
+
+    @app.get("/health")
+    def health() -> dict:
+        return {}
+
+    @app.post("/generate")
+    def generate(body: dict) -> dict:
+        ids, start = body["input_ids"], int(body["logprob_start_len"])
+        with torch.inference_mode():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), dim=-1)
+        entries = [[None if i == 0 else float(logp[i - 1, ids[i]]), ids[i], None] for i in range(start, len(ids))]
+        return {"output_ids": [], "meta_info": {"input_token_logprobs": entries, "completion_tokens": 0}}
+
+    return app
+
+
+def test_local_and_sglang_teachers_score_the_exact_tokens(tiny_model_path):
+    from engine_fixtures import load_plain_model, plain_logprobs
+
+    from agentr1.gateway.server import BackgroundServer
+    from agentr1.trainer.distill import LocalTeacher, SGLangTeacher
+    from agentr1.trainer.engine import LocalPolicyEngine
+
+    rows = [_row([1, 1, 1]), _row([1, 0, 1, 1, 1])]
+    rows[1].prompt_ids = [5, 6, 7, 8]
+    expected = [t.tolist() for t in plain_logprobs(load_plain_model(tiny_model_path), rows)]
+    local = LocalTeacher(tiny_model_path, LocalPolicyEngine(tiny_model_path, device="cpu"))
+    with BackgroundServer(scoring_sglang_app(tiny_model_path), ready_path="/health", startup_timeout_s=30) as url:
+        remote = SGLangTeacher(url)
+        for teacher in (local, remote):
+            got = teacher.logprobs(rows)
+            for g, e in zip(got, expected, strict=True):
+                assert g == pytest.approx(e, abs=1e-4)
+        bad = _row([1, 1])
+        bad.response_ids = [10**6, 3]  # the server cannot score ids outside its vocabulary
+        with pytest.raises(RuntimeError, match="SGLang teacher"):
+            remote.logprobs([bad])
+        remote.close()
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+def perturbed_copy(model_path: Path, out: Path, *, noise: float, seed: int = 0) -> Path:
+    """``model_path`` with seeded Gaussian noise (``noise`` x each matrix's std) on its weight matrices:
+    a student that samples near the teacher's modes but disagrees with it (OPD needs a student that
+    sometimes samples what the teacher likes, which a random model almost never does)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(model_path, out)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for tensor in model.parameters():
+            if tensor.dim() == 2:
+                tensor.add_(torch.randn(tensor.shape, generator=generator) * tensor.std() * noise)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_opd_brings_the_student_closer_to_the_teacher_on_held_out_prompts(tmp_path, tiny_model_path):
+    teacher = tiny_model_path
+    student = perturbed_copy(tiny_model_path, tmp_path / "student", noise=0.3)
+    contexts = teacher_contexts(teacher, HELD_OUT, max_new_tokens=16)
+    before = agreement_with_teacher(student, teacher, contexts)
+    config = JobConfig.model_validate({
+        "run_name": "opd", "db": f"sqlite:///{tmp_path / 'traces.db'}",
+        "agent": {"entrypoint": "test_distill:answer", "timeout_s": 60},
+        "data": {"generator": "test_distill:make_tasks", "train_size": 12, "val_size": 1, "train_batch_size": 4},
+        "algorithm": {"distill": {"teacher": str(teacher), "coef": 1.0, "alone": True}},
+        "actor_rollout_ref": {"model": str(student), "rollout": {"n": 2, "max_concurrency": 8},
+                              "actor": {"optim": {"lr": 2e-2}}},
+        "trainer": {"total_training_steps": 6, "default_local_dir": str(tmp_path / "out"), "device": "cpu"},
+    })
+    trainer = Trainer(config, quiet=True)
+    trainer.setup()
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    history = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(h["distill/tokens"] > 0 for h in history if h["step"] > 0)
+    after = agreement_with_teacher(tmp_path / "out" / "checkpoints" / "step_6" / "hf", teacher, contexts)
+    print(f"held-out reverse KL {before['reverse_kl']:.3f} -> {after['reverse_kl']:.3f}, "
+          f"agreement {before['agreement']:.3f} -> {after['agreement']:.3f}; train reverse KL per step "
+          f"{[round(h['distill/reverse_kl'], 3) for h in history if h['step'] > 0]}")
+    assert after["reverse_kl"] < 0.9 * before["reverse_kl"]

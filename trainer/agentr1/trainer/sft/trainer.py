@@ -1,0 +1,128 @@
+"""The SFT job: setup -> train -> save/cleanup, the shape of the RL loop.
+
+setup: select demonstrations from the store, build exact-token rows (loss on actions only),
+start the same verl engine the RL trainer uses. train: ``total_epochs`` passes over the rows in
+``data.train_batch_size`` chunks, one optimizer step of verl's ``sft_loss`` per chunk. Checkpoints
+use the RL layout (``<dir>/checkpoints/step_<k>/hf`` is servable, ``engine/`` resumable), so
+``agentr1 train`` continues from ``actor_rollout_ref.model: <dir>/checkpoints/step_<k>/hf`` and
+``agentr1 gateway --model`` serves it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from agentr1.store import TraceStore
+from agentr1.trainer.checkpoints import TrainerState, save_checkpoint
+from agentr1.trainer.sft.config import SFTConfig
+from agentr1.trainer.sft.data import SFTRows, build_sft_rows
+from agentr1.trainer.sft.selection import select_demonstrations
+from agentr1.trainer.tracking import Tracker
+
+__all__ = ["SFTTrainer", "sft_engine_config"]
+
+log = logging.getLogger("agentr1.trainer.sft")
+
+
+class SFTTrainer:
+    def __init__(self, config: SFTConfig, *, quiet: bool = False) -> None:
+        self.config = config
+        self.quiet = quiet
+        self.out_dir = Path(config.trainer.default_local_dir)
+        self.checkpoint: Path | None = None
+
+    # -- setup --------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        from agentr1.gateway.models import resolve_model
+        from agentr1.trainer.engine import LocalPolicyEngine
+
+        cfg = self.config
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "config.json").write_text(json.dumps(cfg.dump(), indent=2))
+        self.model_path = resolve_model(cfg.model.path)
+        with TraceStore.open(cfg.data.db, migrate=False) as store:
+            selection = select_demonstrations(store, cfg.data)
+        renderer = None
+        if cfg.data.text_steps == "render":
+            from agentr1.gateway.rendering import load_renderer
+
+            renderer = load_renderer(self.model_path)
+        self.data: SFTRows = build_sft_rows(selection, cfg.data, renderer)
+        if not self.data.rows:
+            raise ValueError(f"the {len(selection.sessions)} selected sessions gave no trainable rows: "
+                             f"{self.data.metrics}")
+        _check_micro_batches(len(self.data.rows), cfg.data.train_batch_size, cfg.data.micro_batch_size_per_gpu)
+        self.data.write_manifest(self.out_dir / "sft_data.jsonl")
+        self.data_metrics = {f"data/{k}": float(v) for k, v in {**selection.metrics, **self.data.metrics}.items()}
+        steps_per_epoch = math.ceil(len(self.data.rows) / cfg.data.train_batch_size)
+        self.total_steps = steps_per_epoch * cfg.trainer.total_epochs
+        if cfg.trainer.total_training_steps is not None:
+            self.total_steps = min(self.total_steps, cfg.trainer.total_training_steps)
+        self.engine = LocalPolicyEngine(self.model_path, sft_engine_config(cfg, self.total_steps))
+        self.state = TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
+        self.tracker = Tracker(self.out_dir, self.total_steps, quiet=self.quiet)
+        log.info("sft: %d rows (%d rendered from text) from %d sessions, %d steps", len(self.data.rows),
+                 sum(self.data.rendered_from_text), len(selection.sessions), self.total_steps)
+
+    # -- train --------------------------------------------------------------------------------
+
+    def train(self) -> dict[str, float]:
+        cfg = self.config
+        rows = self.data.rows
+        last: dict[str, float] = {}
+        step = 0
+        for epoch in range(cfg.trainer.total_epochs):
+            order = list(range(len(rows)))
+            if cfg.data.shuffle:
+                random.Random(cfg.data.seed + epoch).shuffle(order)
+            for start in range(0, len(order), cfg.data.train_batch_size):
+                if step >= self.total_steps:
+                    return last
+                step += 1
+                self.tracker.status(f"epoch {epoch + 1}/{cfg.trainer.total_epochs}")
+                chunk = [rows[i] for i in order[start:start + cfg.data.train_batch_size]]
+                # one optimizer step of verl's sft_loss on the chunk's action tokens
+                metrics = {**self.engine.sft_update(chunk), "sft/epoch": epoch + start / len(order)}
+                if step == 1:
+                    metrics.update(self.data_metrics)
+                self.state.step = self.state.policy_version = step
+                self.tracker.log(step, metrics)
+                if (cfg.trainer.save_freq and step % cfg.trainer.save_freq == 0) or step == self.total_steps:
+                    self.checkpoint = save_checkpoint(self.out_dir, self.engine, self.state)
+                last = metrics
+        return last
+
+    # -- save / cleanup -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.tracker.plot()
+        self.tracker.close()
+
+
+def sft_engine_config(cfg: SFTConfig, total_steps: int) -> Any:
+    from agentr1.trainer.engine import PolicyEngineConfig
+
+    optim = cfg.optim
+    return PolicyEngineConfig(
+        lr=optim.lr, weight_decay=optim.weight_decay, clip_grad=optim.clip_grad,
+        lr_warmup_steps=int(optim.lr_warmup_steps_ratio * total_steps), lr_scheduler_type=optim.lr_scheduler_type,
+        total_training_steps=max(1, total_steps), min_lr_ratio=optim.min_lr_ratio,
+        ppo_micro_batch_size_per_gpu=cfg.data.micro_batch_size_per_gpu or None,
+        ppo_max_token_len_per_gpu=cfg.data.max_token_len_per_gpu, calculate_entropy=False,
+        device=cfg.trainer.device, seed=cfg.trainer.seed,
+    )
+
+
+def _check_micro_batches(rows: int, batch: int, micro: int) -> None:
+    """Fail before training, not at the last chunk, when fixed micro-batches do not divide the chunks."""
+    sizes = {min(batch, rows), rows % batch or batch}
+    if micro and any(size % micro for size in sizes):
+        raise ValueError(f"data.micro_batch_size_per_gpu={micro} does not divide the chunks of {sorted(sizes)} rows "
+                         f"({rows} rows, train_batch_size={batch}); choose a divisor or 0 (batch by tokens)")
