@@ -3,7 +3,9 @@
 The workload is what makes agent RL rollouts long-tailed: an agent that calls the model, calls a
 tool whose latency is drawn from a seeded log-normal distribution (median ``--tool-median`` s,
 shape ``--tool-sigma``; a few calls take many times the median), feeds the result back and
-answers. The real policy model (tiny random Llama by default, ``--model smollm2`` or a HF
+answers. ``--latency sample`` (the default) draws one latency per agent run, so the samples of one
+task straggle independently, as real tool calls, sandboxes and browsers do; ``--latency task``
+draws one per task, shared by its ``n`` samples (a group waits for one draw, milder on sync). The real policy model (tiny random Llama by default, ``--model smollm2`` or a HF
 directory) generates every token through the real gateway; the real verl engine updates it.
 
 Both modes run the same tasks (same file, same order), the same ``--updates`` policy updates of
@@ -25,6 +27,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,11 +38,40 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # -- the workload (imported by the trainer as ``async_bench:...``) -------------------------------
 
 
-def make_tasks(n: int, *, seed: int, median: float, sigma: float, cap: float, max_tokens: int) -> list[dict]:
-    """Tasks with their tool latencies drawn once (seeded), so both modes see the same workload."""
+def make_tasks(n: int, *, samples: int, per: str, seed: int, median: float, sigma: float, cap: float,
+               max_tokens: int) -> list[dict]:
+    """Tasks with their tool latencies drawn once (seeded), so both modes see the same workload:
+    ``tool_s`` holds one latency per sample (``per="sample"``) or one repeated ``samples`` times
+    (``per="task"``)."""
     rng = random.Random(seed)
-    return [{"id": f"task-{i}", "question": f"Look up item {i} and summarise it.", "max_tokens": max_tokens,
-             "tool_s": min(cap, median * math.exp(sigma * rng.gauss(0.0, 1.0)))} for i in range(n)]
+
+    def draw() -> float:
+        return min(cap, median * math.exp(sigma * rng.gauss(0.0, 1.0)))
+
+    tasks = []
+    for i in range(n):
+        latencies = [draw() for _ in range(samples)] if per == "sample" else [draw()] * samples
+        tasks.append({"id": f"task-{i}", "question": f"Look up item {i} and summarise it.", "max_tokens": max_tokens,
+                      "tool_s": latencies})
+    return tasks
+
+
+_started: dict[tuple[str | None, str], int] = {}  # (run, task) -> agent runs started
+_started_lock = threading.Lock()
+
+
+def _tool_latency(task: dict) -> float:
+    """The k-th run of a task in this training run takes the task's k-th latency: the samples of a
+    group are interchangeable, so each mode gets the same latencies per group whatever order its
+    runs start in (the SDK session does not carry the sample index to the agent)."""
+    from agentr1.sdk import current_session
+
+    active = current_session()
+    key = (active.run_id if active else None, task["id"])
+    with _started_lock:
+        k = _started.get(key, 0)
+        _started[key] = k + 1
+    return task["tool_s"][k % len(task["tool_s"])]
 
 
 def agent(task: dict) -> str:
@@ -47,12 +79,13 @@ def agent(task: dict) -> str:
     from agentr1.sdk import openai_client
 
     client = openai_client()
+    tool_s = _tool_latency(task)
     messages = [{"role": "user", "content": task["question"]}]
     first = client.chat.completions.create(model="policy", messages=messages, max_tokens=task["max_tokens"],
                                            temperature=1.0)
-    time.sleep(task["tool_s"])
+    time.sleep(tool_s)
     messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "user", "content": f"Tool result: item found after {task['tool_s']:.1f} s."}]
+                 {"role": "user", "content": f"Tool result: item found after {tool_s:.1f} s."}]
     final = client.chat.completions.create(model="policy", messages=messages, max_tokens=task["max_tokens"],
                                            temperature=1.0)
     return final.choices[0].message.content or ""
@@ -116,6 +149,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4, help="samples per task")
     parser.add_argument("--concurrency", type=int, default=8, help="agent runs at a time (both modes)")
     parser.add_argument("--max-staleness", type=int, default=2)
+    parser.add_argument("--latency", choices=("sample", "task"), default="sample",
+                        help="one tool latency per agent run (stragglers within a group) or per task")
     parser.add_argument("--tool-median", type=float, default=3.0, help="median tool latency (s)")
     parser.add_argument("--tool-sigma", type=float, default=1.0, help="log-normal shape: the tail's weight")
     parser.add_argument("--tool-cap", type=float, default=20.0, help="longest tool call (s)")
@@ -130,12 +165,12 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # the trainer imports async_bench:agent
     with tempfile.TemporaryDirectory(prefix="agentr1-async-bench-") as tmp:
         work = Path(tmp)
-        tasks = make_tasks(args.updates * args.batch * (args.max_staleness + 3), seed=args.seed,
-                           median=args.tool_median, sigma=args.tool_sigma, cap=args.tool_cap,
+        tasks = make_tasks(args.updates * args.batch * (args.max_staleness + 3), samples=args.n, per=args.latency,
+                           seed=args.seed, median=args.tool_median, sigma=args.tool_sigma, cap=args.tool_cap,
                            max_tokens=args.max_tokens)
         tasks_file = work / "tasks.jsonl"
         tasks_file.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-        delays = sorted(t["tool_s"] for t in tasks)
+        delays = sorted(s for t in tasks for s in t["tool_s"])
         results = {"sync": run_mode("sync", args, work, tasks_file), "async": run_mode("async", args, work, tasks_file)}
     results["speedup"] = results["sync"]["wall_s"] / results["async"]["wall_s"]
     results["workload"] = {**{k: v for k, v in vars(args).items() if k != "json"},

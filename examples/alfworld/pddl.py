@@ -130,7 +130,7 @@ def holds(formula: Sexp, facts: Facts, problem: Problem, bindings: dict[str, str
     values = [env.get(a, a) if isinstance(a, str) else a for a in args]
     if head == "=":
         return values[0] == values[1]
-    return tuple([head, *values]) in facts.all  # type: ignore[list-item]
+    return tuple([head, *values]) in facts.all
 
 
 def _unify(pattern: list[Sexp], fact: Fact, free: dict[str, str], env: dict[str, str]) -> dict[str, str] | None:
@@ -174,7 +174,7 @@ def _satisfy(conjuncts: list[Sexp], free: dict[str, str], facts: Facts, problem:
     unbound = {v for v in free if v not in env}
     for i, c in enumerate(flat):
         assert isinstance(c, list)
-        if c[0] not in ("and", "or", "not", "exists", "=") and unbound & set(c[1:]):  # type: ignore[arg-type]
+        if c[0] not in ("and", "or", "not", "exists", "=") and unbound & set(c[1:]):
             rest = flat[:i] + flat[i + 1:]
             return any(_satisfy(rest, free, facts, problem, new)
                        for fact in facts.by_predicate.get(c[0], [])  # type: ignore[arg-type]

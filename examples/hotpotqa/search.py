@@ -15,7 +15,7 @@ SEARCH_TOOL = {"type": "function", "function": {
 
 
 def _tokens(texts: list[str]) -> list[list[str]]:
-    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)  # type: ignore[no-any-return]
+    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
 
 
 class ParagraphIndex:
@@ -45,7 +45,7 @@ def default_index() -> ParagraphIndex:
     return ParagraphIndex(load_corpus())
 
 
-def search(query: str, k: int = 2, max_chars: int = 600) -> str:
+def search(query: str | None, k: int = 2, max_chars: int = 600) -> str:
     """What the tool returns to the model: the top ``k`` paragraphs, each cut to ``max_chars``."""
     if not isinstance(query, str) or not query.strip():
         return "error: the search tool needs a non-empty `query` string"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Here (with network), before a GPU run on a machine without network: fetch Python 3.12 wheels of what
-# the GPU image lacks into .whl/, the SmolLM2 GGUF (xz-compressed, in two parts that each fit one 64 MiB
-# transfer next to the repo) into .m1/ and .m2/, and the converted tokenizer into .tok/ (smoke test).
-# All four folders are ignored by git (.git/info/exclude). See docs/results.md.
+# the GPU image lacks into .whl/, the SmolLM2 GGUF (xz-compressed, in three parts that each fit one 64 MiB
+# transfer next to the repo and another carried folder) into .m1/ .m2/ .m3/, and the converted tokenizer and
+# the GGUF's sha256 into .tok/. All are ignored by git (.git/info/exclude). See scripts/gpu/lib.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
-for d in .whl .m1 .m2 .tok; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude; done
-mkdir -p .whl .m1 .m2 .tok
+for d in .whl .m1 .m2 .m3 .tok; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude; done
+mkdir -p .whl .m1 .m2 .m3 .tok
 
 # What the CUDA image (python 3.12, torch 2.11, transformers 5.17) lacks for the gateway, the trainer and
 # verl 0.9.1 (which needs transformers < 5.11, and that one tokenizers <= 0.23.0). ray: a stub (stubs/).
@@ -23,8 +23,11 @@ mkdir -p .whl .m1 .m2 .tok
 
 gguf=$("$PY" -c 'from agentr1.gateway.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
-head -c 33000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
-tail -c +33000001 /tmp/smollm2.gguf.xz > .m2/gguf.xz.part2
+# part sizes: .whl+.tok+.m1 and .ray+.raydeps+.m2 each fit one call beside an ~8 MB working tree
+head -c 27000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
+tail -c +27000001 /tmp/smollm2.gguf.xz | head -c 24000000 > .m2/gguf.xz.part2
+tail -c +51000001 /tmp/smollm2.gguf.xz > .m3/gguf.xz.part3
+sha256sum /tmp/smollm2.gguf.xz | sed 's/ .*/  gguf.xz/' > .tok/gguf.xz.sha256
 model=$("$PY" -c 'from agentr1.gateway.models import ensure_smollm2; print(ensure_smollm2())')
 tar czf .tok/tok.tgz -C "$model" tokenizer.json tokenizer_config.json chat_template.jinja config.json generation_config.json
-du -sh .whl .m1 .m2 .tok
+du -sh .whl .m1 .m2 .m3 .tok

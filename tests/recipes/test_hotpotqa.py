@@ -53,7 +53,7 @@ def test_search_tool_text_and_bad_queries():
     text = search("Otto Robert Frisch atomic bomb detonation mechanism", k=1)
     assert text.startswith("[Otto Robert Frisch] Otto Robert Frisch FRS") and "\n\n" not in text
     assert search("the of and").startswith("no paragraph matches")  # stopwords only
-    assert search("").startswith("error:") and search(None).startswith("error:")  # type: ignore[arg-type]
+    assert search("").startswith("error:") and search(None).startswith("error:")
     with pytest.raises(ValueError, match="empty corpus"):
         ParagraphIndex([])
 

@@ -1,40 +1,24 @@
 """On-policy distillation: the reverse-KL advantage on known log-probs, the shared-tokenizer check,
-the SGLang teacher's protocol, and a real run (tiny random student, SmolLM2-135M-Instruct teacher)
-that brings the student closer to the teacher on held-out prompts. This module doubles as the
-agent of that run (``test_distill:answer``)."""
+the SGLang teacher's protocol, the held-out measure, and a real run of the ``examples/distill``
+recipe (noise-perturbed SmolLM2 student, SmolLM2 teacher) that brings the student closer to the
+teacher on held-out prompts."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
+from examples.distill.run_opd import run_opd
+from examples.distill.tasks import HELD_OUT
 
-from agentr1.trainer.config import JobConfig
 from agentr1.trainer.distill import Distiller, check_same_tokenizer, reverse_kl_advantages
-from agentr1.trainer.distill_eval import agreement_with_teacher, teacher_contexts
-from agentr1.trainer.loop import Trainer
+from agentr1.trainer.distill_eval import HeldOutAgreement
 from agentr1.trainer.rows import TrainRow
 
-# -- the agent and tasks of the run ----------------------------------------------------------------
-
-TOPICS = ["the sea", "a cat", "music", "trees", "the moon", "bread", "rain", "a city", "winter", "books",
-          "coffee", "a river"]
-HELD_OUT = ["Tell me about mountains.", "Describe a garden.", "What is a computer?", "Write about summer."]
-
-
-def make_tasks(split: str, n: int, seed: int) -> list[dict]:
-    return [{"id": f"{split}-{i}", "question": f"Write one sentence about {TOPICS[i % len(TOPICS)]}."}
-            for i in range(n)]
-
-
-def answer(task: dict) -> str:
-    from agentr1.sdk import openai_client
-
-    reply = openai_client().chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": task["question"]}], max_tokens=16, temperature=1.0)
-    return reply.choices[0].message.content or ""
+OPD_TEST_SETTING = {"noise": 0.1, "steps": 2, "batch": 4, "n": 2, "lr": 5e-5, "max_tokens": 16,
+                    "held_out_tokens": 16, "seed": 0}
+OPD_TEST_KL_RATIO = 0.9  # TODO measured
 
 
 # -- unit ------------------------------------------------------------------------------------------
@@ -128,6 +112,7 @@ def scoring_sglang_app(model_path: Path):
     return app
 
 
+@pytest.mark.slow
 def test_local_and_sglang_teachers_score_the_exact_tokens(tiny_model_path):
     from engine_fixtures import load_plain_model, plain_logprobs
 
@@ -155,50 +140,24 @@ def test_local_and_sglang_teachers_score_the_exact_tokens(tiny_model_path):
 # -- the run ---------------------------------------------------------------------------------------
 
 
-def perturbed_copy(model_path: Path, out: Path, *, noise: float, seed: int = 0) -> Path:
-    """``model_path`` with seeded Gaussian noise (``noise`` x each matrix's std) on its weight matrices:
-    a student that samples near the teacher's modes but disagrees with it (OPD needs a student that
-    sometimes samples what the teacher likes, which a random model almost never does)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    shutil.copytree(model_path, out)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for tensor in model.parameters():
-            if tensor.dim() == 2:
-                tensor.add_(torch.randn(tensor.shape, generator=generator) * tensor.std() * noise)
-    model.save_pretrained(out)
-    return out
+def test_held_out_agreement_of_the_teacher_with_itself_is_exact(tiny_model_path):
+    reference = HeldOutAgreement(tiny_model_path, HELD_OUT[:2], max_new_tokens=4)
+    same = reference.measure(tiny_model_path)
+    assert same["agreement"] == 1.0 and abs(same["reverse_kl"]) < 1e-5 and same["positions"] == 8.0
+    with pytest.raises(ValueError, match="held-out questions"):
+        HeldOutAgreement(tiny_model_path, [], max_new_tokens=4)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_opd_brings_the_student_closer_to_the_teacher_on_held_out_prompts(tmp_path, tiny_model_path):
-    teacher = tiny_model_path
-    student = perturbed_copy(tiny_model_path, tmp_path / "student", noise=0.3)
-    contexts = teacher_contexts(teacher, HELD_OUT, max_new_tokens=16)
-    before = agreement_with_teacher(student, teacher, contexts)
-    config = JobConfig.model_validate({
-        "run_name": "opd", "db": f"sqlite:///{tmp_path / 'traces.db'}",
-        "agent": {"entrypoint": "test_distill:answer", "timeout_s": 60},
-        "data": {"generator": "test_distill:make_tasks", "train_size": 12, "val_size": 1, "train_batch_size": 4},
-        "algorithm": {"distill": {"teacher": str(teacher), "coef": 1.0, "alone": True}},
-        "actor_rollout_ref": {"model": str(student), "rollout": {"n": 2, "max_concurrency": 8},
-                              "actor": {"optim": {"lr": 2e-2}}},
-        "trainer": {"total_training_steps": 6, "default_local_dir": str(tmp_path / "out"), "device": "cpu"},
-    })
-    trainer = Trainer(config, quiet=True)
-    trainer.setup()
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
-    history = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
-    assert all(h["distill/tokens"] > 0 for h in history if h["step"] > 0)
-    after = agreement_with_teacher(tmp_path / "out" / "checkpoints" / "step_6" / "hf", teacher, contexts)
-    print(f"held-out reverse KL {before['reverse_kl']:.3f} -> {after['reverse_kl']:.3f}, "
-          f"agreement {before['agreement']:.3f} -> {after['agreement']:.3f}; train reverse KL per step "
-          f"{[round(h['distill/reverse_kl'], 3) for h in history if h['step'] > 0]}")
-    assert after["reverse_kl"] < 0.9 * before["reverse_kl"]
+def test_opd_brings_the_student_closer_to_the_teacher_on_held_out_prompts(tmp_path, smollm2_path):
+    # SmolLM2 teacher, the same model with noise as the student (a random tiny student almost never
+    # samples what the teacher likes: held-out KL did not move). The recipe through the real
+    # trainer: gateway, agent, store, algorithm.distill alone, verl updates, weight sync.
+    result = run_opd(tmp_path, teacher=str(smollm2_path), **OPD_TEST_SETTING)
+    before, after = result["held_out"][0], result["held_out"][-1]
+    print(f"held-out reverse KL {[round(h['reverse_kl'], 3) for h in result['held_out']]}, agreement "
+          f"{[round(h['agreement'], 3) for h in result['held_out']]}, train {result['train']}, "
+          f"{result['total_s']:.0f} s")
+    assert all(t["distill/tokens"] > 0 for t in result["train"])
+    assert after["reverse_kl"] < OPD_TEST_KL_RATIO * before["reverse_kl"]  # see OPD_TEST_KL_RATIO

@@ -26,8 +26,9 @@ class AgentFlowBase(ABC):
         """Solve ``task``; use :meth:`client` for model calls."""
 
     def client(self, **kwargs: Any) -> Any:
-        """An ``openai.AsyncOpenAI`` client bound to the current session."""
-        return async_openai_client(**kwargs)
+        """An ``openai.AsyncOpenAI`` client bound to the current session; like AgentEnvLoop's, it does
+        not retry by default (a retried call would be recorded as a second step)."""
+        return async_openai_client(**{"max_retries": 0, "timeout": 3600.0, **kwargs})
 
     async def reward(self, value: float, *, step: int | str | None = "last", name: str = "flow") -> None:
         """Report an environment reward on a step (default: the newest) or, with ``step=None``, the session."""

@@ -31,10 +31,14 @@ class AgentEnvLoop:
     """``await AgentEnvLoop(env, max_steps=8, temperature=0).run()`` inside an agentr1 session.
 
     ``sampling`` goes to ``chat.completions.create`` as is (``temperature``, ``max_tokens``, ...);
-    ``model`` is the name the gateway serves (``policy``)."""
+    ``model`` is the name the gateway serves (``policy``).
+
+    The default client never retries and waits up to ``request_timeout_s`` for an answer: the
+    openai client's own defaults (600 s, then 2 retries) turn a slow answer on a busy CPU into a
+    second, ghost step of the trajectory. The caller (the trainer's agent timeout) bounds the episode."""
 
     def __init__(self, env: AgentEnv, max_steps: int = 8, *, model: str = "policy", client: Any = None,
-                 **sampling: Any) -> None:
+                 request_timeout_s: float = 3600.0, **sampling: Any) -> None:
         if not isinstance(env, AgentEnv):
             raise TypeError(f"env must be an AgentEnv, got {type(env).__name__}")
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
@@ -43,6 +47,7 @@ class AgentEnvLoop:
             if reserved in sampling:
                 raise ValueError(f"{reserved!r} is set by the loop, not a sampling parameter")
         self.env, self.max_steps, self.model, self.client, self.sampling = env, max_steps, model, client, sampling
+        self.request_timeout_s = request_timeout_s
 
     async def _act(self, client: Any, observation: list[dict[str, Any]]) -> dict[str, Any]:
         tools = [tool.schema() for tool in self.env.tools]
@@ -52,7 +57,7 @@ class AgentEnvLoop:
         return reply.choices[0].message.model_dump(exclude_none=True)
 
     async def run(self) -> Episode:
-        client = self.client or async_openai_client()
+        client = self.client or async_openai_client(max_retries=0, timeout=self.request_timeout_s)
         episode = Episode(total_reward=0.0, steps=0, done=False)
         try:
             observation = await self.env.reset()

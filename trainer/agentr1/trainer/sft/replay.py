@@ -62,7 +62,8 @@ def replay_demonstrations(demos: Iterable[Demonstration], *, model: str | os.Pat
     from agentr1.store import TraceStore
 
     renderer = load_renderer(resolve_model(model))
-    backend = ScriptedBackend(renderer, model_name="policy")
+    # no model runs here: the policy's context limit is checked where rows are built (data.max_length)
+    backend = ScriptedBackend(renderer, model_name="policy", max_context=1 << 20)
     report = ReplayReport(run_id)
     store = TraceStore.open(db)
     app = create_app(GatewaySettings(db=db, accept_any_model=True, default_run=run_id), store=store,
