@@ -8,7 +8,7 @@ advantage and verl's FSDP engine updates the student, whose weights are then syn
 Before training and after every update the served student is measured against the teacher on
 held-out prompts (``HeldOutAgreement``: exact reverse KL and greedy agreement).
 
-    .venv/bin/python -m examples.distill.run_opd                      # SmolLM2 teacher, CPU, 4 updates
+    .venv/bin/python -m examples.distill.run_opd                      # SmolLM2 teacher, CPU, 6 updates
     .venv/bin/python -m examples.distill.run_opd --device cuda --steps 20 --batch 32
 """
 
@@ -51,7 +51,7 @@ def opd_config(work: Path, *, student: Path, teacher: Path, steps: int, batch: i
     return JobConfig.model_validate(raw)
 
 
-def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: int = 4, batch: int = 8,
+def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: int = 6, batch: int = 8,
             n: int = 2, lr: float = 5e-5, max_tokens: int = 16, held_out_tokens: int = 24,
             held_out: list[str] | None = None, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
     """Run OPD in ``work``; returns the held-out measurements before and after each update and the
@@ -95,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="smollm2", help="smollm2 | a HF model directory")
     parser.add_argument("--noise", type=float, default=0.1, help="student = teacher + noise x std per matrix")
-    parser.add_argument("--steps", type=int, default=4, help="OPD updates")
+    parser.add_argument("--steps", type=int, default=6, help="OPD updates")
     parser.add_argument("--batch", type=int, default=8, help="tasks per update")
     parser.add_argument("--n", type=int, default=2, help="samples per task")
     parser.add_argument("--lr", type=float, default=5e-5)
@@ -115,12 +115,13 @@ def main() -> None:
         result = run_opd(Path(tmp), **options)
     result["options"] = options
     for h in result["held_out"]:
-        print(f"step {h['step']}: held-out reverse KL {h['reverse_kl']:.3f}, agreement {h['agreement']:.3f} "
-              f"({h['positions']:.0f} positions)")
+        print(f"step {h['step']}: held-out reverse KL {h['reverse_kl']:.3f}, agreement {h['agreement']:.3f}, "
+              f"p(teacher's token) {h['teacher_top_prob']:.3f} ({h['positions']:.0f} positions)")
     first, last = result["held_out"][0], result["held_out"][-1]
     print(f"reverse KL {first['reverse_kl']:.3f} -> {last['reverse_kl']:.3f} "
           f"({100 * (last['reverse_kl'] / first['reverse_kl'] - 1):+.1f}%), agreement {first['agreement']:.3f} -> "
-          f"{last['agreement']:.3f}; training {result['train_s']:.0f} s, total {result['total_s']:.0f} s")
+          f"{last['agreement']:.3f}, p(teacher's token) {first['teacher_top_prob']:.3f} -> "
+          f"{last['teacher_top_prob']:.3f}; training {result['train_s']:.0f} s, total {result['total_s']:.0f} s")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

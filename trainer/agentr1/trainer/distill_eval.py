@@ -7,7 +7,9 @@ the student's full next-token distribution is compared with the teacher's:
 
 - ``reverse_kl``: exact ``KL(student || teacher)`` over the vocabulary, mean over positions (the
   quantity OPD's per-token signal estimates with one sample);
-- ``agreement``: how often the student's greedy token equals the teacher's.
+- ``agreement``: how often the student's greedy token equals the teacher's;
+- ``teacher_top_prob``: the student's mean probability of the teacher's greedy token (agreement
+  without the argmax's all-or-nothing: it moves before a token's rank flips).
 
 :func:`perturbed_student` makes the student of the measured runs: the teacher with seeded noise
 on its weight matrices. It samples near the teacher's modes but disagrees with it, as a smaller
@@ -80,8 +82,11 @@ class HeldOutAgreement:
         """``reverse_kl`` and ``agreement`` of ``student`` with the teacher (see the module doc)."""
         s_logp = self._next_token_logp(student if isinstance(student, torch.nn.Module) else _load(student))
         kl = float((s_logp.exp() * (s_logp - self.teacher_logp)).sum(-1).mean())
-        agreement = float((s_logp.argmax(-1) == self.teacher_logp.argmax(-1)).float().mean())
-        return {"reverse_kl": kl, "agreement": agreement, "positions": float(self.positions)}
+        teacher_top = self.teacher_logp.argmax(-1)
+        agreement = float((s_logp.argmax(-1) == teacher_top).float().mean())
+        top_prob = float(s_logp.gather(-1, teacher_top[:, None]).exp().mean())
+        return {"reverse_kl": kl, "agreement": agreement, "teacher_top_prob": top_prob,
+                "positions": float(self.positions)}
 
 
 def perturbed_student(teacher: str | os.PathLike[str], out: str | os.PathLike[str], *, noise: float,
