@@ -32,3 +32,19 @@ def test_bad_backend_flags_exit_2(monkeypatch):
                           (["--backend", "vllm"], "needs --backend-url")):
         result, settings = _cli(monkeypatch, *args)
         assert result.exit_code == 2 and message in result.output and settings is None
+
+
+def test_run_keys_and_idle_abandon_flags_reach_the_settings(monkeypatch):
+    monkeypatch.delenv("AGENTR1_RUN_KEYS", raising=False)
+    result, settings = _cli(monkeypatch, "--run-key", "exp-a=key-a", "--run-key", "exp-b=key=b", "--abandon-idle-s", "90")
+    assert result.exit_code == 0, result.output
+    assert settings.run_keys == {"exp-a": "key-a", "exp-b": "key=b"} and settings.abandon_idle_s == 90
+    monkeypatch.setenv("AGENTR1_RUN_KEYS", '{"exp-c": "key-c"}')  # no flag: the environment's keys stay
+    result, settings = _cli(monkeypatch)
+    assert result.exit_code == 0 and settings.run_keys == {"exp-c": "key-c"} and settings.abandon_idle_s == 0
+
+
+def test_bad_run_key_exits_2(monkeypatch):
+    for bad in ("exp-a", "=key", "exp-a="):
+        result, settings = _cli(monkeypatch, "--run-key", bad)
+        assert result.exit_code == 2 and "must look like RUN=KEY" in result.output and settings is None

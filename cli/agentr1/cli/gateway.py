@@ -28,6 +28,10 @@ def gateway(
                                        help="Needed (or the admin key) to create sessions and for unattributed calls."),
     max_concurrent_per_key: int = typer.Option(0, "--max-concurrent-per-key", envvar="AGENTR1_MAX_CONCURRENT_PER_KEY",
                                                help="Requests in flight per key; over it: 429. 0: no limit."),
+    run_key: list[str] = typer.Option([], "--run-key", metavar="RUN=KEY",
+                                      help="A key confined to one run (repeatable); also AGENTR1_RUN_KEYS as JSON."),
+    abandon_idle_s: float = typer.Option(0.0, "--abandon-idle-s", envvar="AGENTR1_ABANDON_IDLE_S", min=0.0,
+                                         help="Mark running sessions idle this long as abandoned. 0: never."),
     served_model_name: str | None = typer.Option(None, "--served-model-name"),
     accept_any_model: bool = typer.Option(False, "--accept-any-model",
                                           help="Answer whatever model name the agent asks for."),
@@ -96,7 +100,8 @@ def gateway(
             max_concurrent_per_key=max_concurrent_per_key, backend=cast(Any, backend),
             backend_urls=backend_url,
             served_model_name=served_model_name, accept_any_model=accept_any_model, auto_session=not require_session,
-            durable_writes=durable_writes, context_policy=context_policy,
+            durable_writes=durable_writes, context_policy=context_policy, abandon_idle_s=abandon_idle_s,
+            **({"run_keys": _run_keys(run_key)} if run_key else {}),
         )
         uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
     except _Terminated:
@@ -138,3 +143,14 @@ def _launch(model: str, servers: int, port: int, args: str, command: str | None,
         typer.secho(f"error: --launch: {exc}", fg="red", err=True)
         raise typer.Exit(1) from exc
     return launcher
+
+
+def _run_keys(pairs: list[str]) -> dict[str, str]:
+    """``--run-key RUN=KEY`` flags as the settings' ``{run: key}``; a malformed one is a usage error."""
+    keys: dict[str, str] = {}
+    for pair in pairs:
+        run, sep, key = pair.partition("=")
+        if not sep or not run or not key:
+            raise typer.BadParameter(f"{pair!r} must look like RUN=KEY", param_hint="--run-key")
+        keys[run] = key
+    return keys
