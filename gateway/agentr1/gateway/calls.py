@@ -27,6 +27,19 @@ from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.writer import StepWriter
 from agentr1.store import FeedbackRecord, StepRecord
 
+RETRY_HEADER = "x-stainless-retry-count"  # sent by Stainless SDKs (openai, anthropic): 0, then 1, 2 on retries
+
+
+def client_retry_count(headers: Any) -> int | None:
+    """The client's own attempt counter, None when it sends none (or something that is not a count: the
+    header is the client's, not ours, so it is evidence to weigh, never a reason to refuse the call)."""
+    value = headers.get(RETRY_HEADER)
+    try:
+        count = int(value) if value is not None else None
+    except ValueError:
+        return None
+    return count if count is not None and count >= 0 else None
+
 
 @dataclass
 class Gateway:
@@ -71,6 +84,7 @@ class PreparedCall:
     sampling: SamplingParams
     n: int
     model: str
+    retry_count: int | None = None  # the client's attempt counter (x-stainless-retry-count), None if not sent
     request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     started: float = field(default_factory=time.monotonic)
@@ -89,7 +103,7 @@ def sampling_from(body: Any, settings: GatewaySettings, max_tokens: int | None, 
     )
 
 
-async def prepare_chat(gw: Gateway, state: SessionState, body: Any) -> PreparedCall:
+async def prepare_chat(gw: Gateway, state: SessionState, body: Any, *, retry_count: int | None = None) -> PreparedCall:
     """Apply the session's context policy, then render the prompt: continue the session's previous call
     token for token (compared with the previous call's ``messages_seen``), or render afresh."""
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
@@ -100,13 +114,16 @@ async def prepare_chat(gw: Gateway, state: SessionState, body: Any) -> PreparedC
         plan, parent = _plan(gw, state, seen, tools, body.tool_choice)
     except RenderError as exc:
         raise APIError(400, f"cannot render the request: {exc}", code="invalid_request", param="messages") from exc
+    if plan.reason == "repeat":  # the last call's observation again (a retry or a resample): its sibling
+        parent, plan.drift = state.previous_parent, state.previous_drift
     max_tokens = body.max_completion_tokens or body.max_tokens
     sampling = sampling_from(body, gw.settings, max_tokens, (body.top_logprobs or 0) if body.logprobs else 0)
     check_context(gw, len(plan.prompt_ids), sampling, explicit=max_tokens is not None)
     if plan.drift:
         gw.metrics.drift += 1
     return PreparedCall(state=state, messages_sent=messages, messages_seen=seen, tools=tools, plan=plan,
-                        parent_index=parent, sampling=sampling, n=body.n, model=gw.backend.model_name)
+                        parent_index=parent, sampling=sampling, n=body.n, model=gw.backend.model_name,
+                        retry_count=retry_count)
 
 
 def _plan(gw: Gateway, state: SessionState, seen: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -180,7 +197,9 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
     """Persist one step per choice (and the feedback of the step this call continued)."""
     state = call.state
     latency_ms = (time.monotonic() - call.started) * 1000
-    before = (state.next_index, state.previous)
+    before = (state.next_index, state.previous, state.previous_parent, state.previous_drift, state.last_call)
+    repeat = repeats_last_call(state, call)
+    retry_of = list(state.last_call) if repeat and call.retry_count != 0 else None
     indices = list(range(state.next_index, state.next_index + len(results)))
     state.next_index += len(results)
     steps: list[StepRecord] = []
@@ -194,17 +213,22 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
             messages_sent=call.messages_sent, messages_seen=call.messages_seen, tools=call.tools,
             sampling=asdict(call.sampling), finish_reason=reason, policy_version=result.policy_version,
             backend=gw.backend.name, model=call.model, trainable=gw.backend.trainable, drift=call.plan.drift,
-            latency_ms=latency_ms,
+            retry_of=retry_of, latency_ms=latency_ms,
             action={"content": message.get("content"), "tool_calls": message.get("tool_calls"),
                     "reasoning": message.get("reasoning_content"), "message": message,
                     "prefill": call.plan.prefill},
         )
         steps.append(step)
-    state.previous = [
+    choices = [
         (index, PreviousTurn(messages=call.messages_seen, tools=call.tools, prompt_ids=list(call.plan.prompt_ids),
                              action_ids=result.output_ids, assistant_message=message, prefill=call.plan.prefill))
         for index, result, message in zip(indices, results, messages, strict=True)
     ]
+    # A deliberate resample joins its siblings (the agent may continue any of them); anything else, a retry
+    # included, is what the agent continues now.
+    kept = [c for c in state.previous if c[0] not in (retry_of or ())] if repeat else []
+    state.previous = [*kept, *choices]
+    state.previous_parent, state.previous_drift, state.last_call = call.parent_index, call.plan.drift, indices
     gw.sessions.note_conversation(state, call.messages_sent, messages[0])
     gw.metrics.observe_call(latency_ms, len(call.plan.prompt_ids), sum(len(r.output_ids) for r in results))
     try:
@@ -214,9 +238,19 @@ async def record(gw: Gateway, call: PreparedCall, results: list[GenerateResult],
         # call takes the same index and continues the last stored step (no gap, no false drift). Unless
         # a concurrent call of the session has moved on meanwhile.
         if state.next_index == indices[-1] + 1:
-            state.next_index, state.previous = before
+            (state.next_index, state.previous, state.previous_parent, state.previous_drift,
+             state.last_call) = before
         raise
     return indices
+
+
+def repeats_last_call(state: SessionState, call: PreparedCall) -> bool:
+    """Whether ``call`` shows the model the same observation as the session's last call, from the same parent:
+    by content, so it holds for any client, and also when the first attempt was still being generated when the
+    retry arrived (both then continued the same parent)."""
+    if not state.previous:
+        return False
+    return call.parent_index == state.previous_parent and call.plan.prompt_ids == state.previous[-1][1].prompt_ids
 
 
 async def persist(gw: Gateway, steps: list[StepRecord], feedback: FeedbackRecord | None = None) -> None:

@@ -45,6 +45,9 @@ class SessionState:
     status: str
     next_index: int = 0
     previous: list[tuple[int, PreviousTurn]] = field(default_factory=list)  # the choices of the last call
+    previous_parent: int | None = None  # the parent of those choices: a client retry continues from it too
+    previous_drift: bool = False  # whether the last call drifted: its retry has the same prompt, so drifts too
+    last_call: list[int] = field(default_factory=list)  # the last call's own step indices (a retry replaces these)
     auto: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     in_flight: int = 0
@@ -115,6 +118,9 @@ class SessionRegistry:
             id=record.id, run_id=record.run_id, status=record.status,
             next_index=0 if last is None else last.index + 1,
             previous=[] if last is None else [(last.index, previous_from_step(last))],
+            previous_parent=None if last is None else last.parent_index,
+            previous_drift=False if last is None else last.drift,
+            last_call=[] if last is None else [last.index],
             auto=bool(record.metadata.get("auto")),
         )
         # Another request may have loaded it meanwhile: keep the first so there is one lock.

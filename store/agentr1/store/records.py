@@ -61,12 +61,20 @@ class StepRecord:
     trainable: bool = True
     parent_index: int | None = None
     drift: bool = False
+    retry_of: list[int] | None = None  # a client retry: the earlier answered-but-unseen attempts it replaced
     latency_ms: float | None = None
     created_at: dt.datetime | None = None
     reward: float | None = None  # sum of the rewards given to this step (read side only)
+    superseded_by: int | None = None  # read side only: the retry that replaced this (unseen) answer
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def superseded_steps(steps: list[StepRecord]) -> dict[int, int]:
+    """Superseded step index -> the retry that replaced it. A client that timed out and re-sent a call never
+    saw the first answer: that step stays in the trace but is not part of the trajectory the agent followed."""
+    return {old: s.index for s in steps for old in (s.retry_of or ())}
 
 
 @dataclass(slots=True)

@@ -123,6 +123,7 @@ class StepRow(Base):
     feedback_messages: Mapped[list[Any] | None] = mapped_column(JSON)
     feedback_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
     drift: Mapped[bool] = mapped_column(Boolean, default=False)
+    retry_of: Mapped[list[Any] | None] = mapped_column(JSON)  # indices of the attempts this client retry replaced
     latency_ms: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=_now)
 

@@ -26,7 +26,7 @@ from agentr1.store.errors import (
     UnknownSession,
     UnknownStep,
 )
-from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord
+from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 
 FINAL_STATUSES = ("finished", "failed", "abandoned")
@@ -384,11 +384,15 @@ class TraceStore:
             for x in rewards[r.id]:
                 if x.step_index is not None:
                     per_step[x.step_index] = per_step.get(x.step_index, 0.0) + x.value
+            records = [_step_record(s, per_step.get(s.index)) for s in step_rows[r.id]]
+            superseded = superseded_steps(records)
+            for record in records:
+                record.superseded_by = superseded.get(record.index)
             out.append(SessionRecord(
                 id=r.id, run_id=r.run_id, task_id=r.task_id, group_id=r.group_id, status=r.status,
                 policy_version=r.policy_version, metadata=r.meta, error=r.error, created_at=r.created_at,
                 finished_at=r.finished_at, reward=sum(outcome) if outcome else None, rewards=rewards[r.id],
-                steps=[_step_record(s, per_step.get(s.index)) for s in step_rows[r.id]],
+                steps=records,
                 n_steps=len(step_rows[r.id]) if steps else counts.get(r.id, 0),
             ))
         return out
@@ -402,7 +406,7 @@ def _step_values(s: StepRecord) -> dict[str, Any]:
         "action_logprobs": encode_floats(s.action_logprobs), "messages_sent": s.messages_sent,
         "messages_seen": s.messages_seen, "tools": s.tools, "sampling": s.sampling, "action": s.action,
         "finish_reason": s.finish_reason, "feedback_messages": s.feedback_messages,
-        "feedback_ids": encode_ids(s.feedback_ids), "drift": s.drift, "latency_ms": s.latency_ms,
+        "feedback_ids": encode_ids(s.feedback_ids), "drift": s.drift, "retry_of": s.retry_of, "latency_ms": s.latency_ms,
         "created_at": s.created_at or dt.datetime.now(dt.UTC),
     }
 
@@ -415,6 +419,6 @@ def _step_record(row: StepRow, reward: float | None) -> StepRecord:
         messages_seen=row.messages_seen, tools=row.tools, sampling=row.sampling, action=row.action,
         finish_reason=row.finish_reason, feedback_messages=row.feedback_messages,
         feedback_ids=decode_ids(row.feedback_ids), policy_version=row.policy_version, backend=row.backend,
-        model=row.model, trainable=row.trainable, drift=row.drift, latency_ms=row.latency_ms,
+        model=row.model, trainable=row.trainable, drift=row.drift, retry_of=row.retry_of, latency_ms=row.latency_ms,
         created_at=row.created_at, reward=reward,
     )

@@ -14,6 +14,10 @@ Layouts (``BatchConfig.layout``):
   ``parent_index`` is set and is not the step just before it), when the previous step's action was
   truncated.
 
+Superseded steps (answers a client never saw because it timed out and retried; the retry's step
+names them in ``retry_of``) are not part of the trajectory the agent followed: they are skipped
+(``superseded_steps``) and the retry takes their place, continuing the same parent.
+
 Steps that are not trainable (e.g. a teacher behind litellm), have no action ids, or whose
 logprobs do not match their action are skipped (counted). Their rewards are not lost: a skipped
 step is treated as part of the environment, so its reward moves to the closest earlier kept step
@@ -37,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agentr1.store.records import SessionRecord, StepRecord
+from agentr1.store.records import SessionRecord, StepRecord, superseded_steps
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
 from agentr1.trainer.rows import Segment, TrainRow
 
@@ -162,14 +166,17 @@ def build_rows(
 def _session_rows(session: SessionRecord, rewards: SessionRewards, cfg: BatchConfig,
                   metrics: Counter[str]) -> list[TrainRow]:
     ordered = sorted(session.steps, key=lambda s: s.index)
-    prepared = [(s, _prepare(session, s, cfg, metrics)) for s in ordered]
+    superseded = superseded_steps(ordered)
+    metrics["superseded_steps"] += sum(s.index in superseded for s in ordered)
+    prepared = [(s, None if s.index in superseded else _prepare(session, s, cfg, metrics)) for s in ordered]
     metrics["steps_in"] += len(ordered)
     kept = [st for _, st in prepared if st is not None]
     metrics["steps_used"] += len(kept)
     _place_rewards(prepared, kept, rewards, metrics)
     if not kept:
         return []
-    previous = {s.index: ordered[i - 1].index if i else None for i, s in enumerate(ordered)}
+    followed = [s for s in ordered if s.index not in superseded]  # the trajectory the agent actually saw
+    previous = {s.index: followed[i - 1].index if i else None for i, s in enumerate(followed)}
     groups = [[st] for st in kept] if cfg.layout == "per_step" else _merge(kept, previous, metrics)
     return [_row(session, group, rewards) for group in groups]
 

@@ -13,6 +13,7 @@ from agentr1.gateway.calls import (
     Gateway,
     assistant_message,
     check_context,
+    client_retry_count,
     finish_reason,
     generate_requests,
     prepare_chat,
@@ -52,7 +53,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     state = await gw.sessions.resolve(request, request.path_params.get("session_id"), messages)
     with step_span(request.headers, state.id) as span:
         if gw.backend.trainable:
-            response = await _chat(gw, state, body)
+            response = await _chat(gw, state, body, client_retry_count(request.headers))
         else:  # an external model: text in, text out, recorded but not trainable
             response = await external_chat(gw, state, body)
         if span is not None:
@@ -60,8 +61,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         return response
 
 
-async def _chat(gw: Gateway, state: Any, body: ChatCompletionRequest) -> Any:
-    call = await prepare_chat(gw, state, body)
+async def _chat(gw: Gateway, state: Any, body: ChatCompletionRequest, retry_count: int | None) -> Any:
+    call = await prepare_chat(gw, state, body, retry_count=retry_count)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(stream_chat(gw, call, include_usage), media_type="text/event-stream",
