@@ -120,11 +120,50 @@ class AlgorithmConfig(_Strict):
 
 
 class RolloutConfig(_Strict):
+    """Sampling, and where it runs (verl's ``rollout.name``): the embedded engine (``local``) or
+    SGLang / vLLM servers behind the trainer's gateway, either running ones (``urls``) or, for
+    SGLang, servers the trainer starts and supervises (``launch``: the ``launch_*`` fields are
+    ``agentr1 gateway --launch``'s flags). See agentr1.trainer.serving and docs/training.md."""
+
     n: int = 4
     temperature: float = 1.0
     top_p: float = 1.0
     max_concurrency: int = 16
     max_staleness: int = 0  # train on sessions at most this many policy versions old
+    name: Literal["local", "sglang", "vllm"] = "local"
+    urls: list[str] = Field(default_factory=list)  # running servers' base URLs (name sglang or vllm)
+    launch: bool = False  # name sglang: start the servers here for actor_rollout_ref.model
+    launch_servers: int = Field(1, ge=1)
+    launch_port: int = Field(30000, gt=0, le=65535)  # the first server's port (then +1, ...)
+    launch_args: list[str] = Field(default_factory=list)  # more sglang.launch_server flags, e.g. ["--tp", "2"]
+    launch_command: list[str] | None = None  # None: $AGENTR1_SGLANG_LAUNCH_COMMAND, else python -m sglang.launch_server
+    launch_timeout_s: float = Field(900.0, gt=0)  # seconds a server may take to be healthy
+
+    @model_validator(mode="after")
+    def _servers(self) -> RolloutConfig:
+        launch_options = sorted(k for k, f in type(self).model_fields.items()  # not at their defaults
+                                if k.startswith("launch_") and getattr(self, k) != f.get_default(call_default_factory=True))
+        if self.name == "local":
+            if self.urls or self.launch:
+                raise ValueError("actor_rollout_ref.rollout.urls / launch are for SGLang or vLLM servers: "
+                                 "set actor_rollout_ref.rollout.name to sglang or vllm")
+        elif self.urls and self.launch:
+            raise ValueError("actor_rollout_ref.rollout: give either `urls` (running servers) or `launch: true` "
+                             "(start them here), not both")
+        elif self.launch and self.name != "sglang":
+            raise ValueError("actor_rollout_ref.rollout.launch starts SGLang servers: it needs name sglang "
+                             "(give a vLLM server's address in `urls`)")
+        elif not self.urls and not self.launch:
+            raise ValueError(f"actor_rollout_ref.rollout.name {self.name!r} needs the servers: `urls: [http://host:port]`"
+                             + (" or `launch: true`" if self.name == "sglang" else ""))
+        if launch_options and not self.launch:
+            raise ValueError(f"actor_rollout_ref.rollout.{', '.join(launch_options)} only apply with `launch: true`")
+        bad = [u for u in self.urls if not u.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(f"actor_rollout_ref.rollout.urls must be http(s) base URLs, not {bad}")
+        if self.launch_command is not None and not self.launch_command:
+            raise ValueError("actor_rollout_ref.rollout.launch_command is empty")
+        return self
 
 
 class PolicyLossConfig(_Strict):
@@ -190,6 +229,9 @@ class JobConfig(_Strict):
     def _agent_or_offline(self) -> JobConfig:
         if self.agent is None and self.offline is None:
             raise ValueError("set `agent` (what to run per task) or `offline` (stored sessions to train on)")
+        if self.offline is not None and self.actor_rollout_ref.rollout.name != "local":
+            raise ValueError("`offline` trains on stored sessions and serves nothing: leave "
+                             "actor_rollout_ref.rollout.name at local")
         if self.trainer.mode == "async":
             if self.offline is not None:
                 raise ValueError("trainer.mode 'async' overlaps rollouts with updates: it needs `agent`, not `offline`")

@@ -49,12 +49,9 @@ class Trainer:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from agentr1.gateway.app import create_app
-        from agentr1.gateway.backends.local import LocalBackend
         from agentr1.gateway.models import resolve_model
-        from agentr1.gateway.server import BackgroundServer
-        from agentr1.gateway.settings import GatewaySettings
         from agentr1.trainer.engine.ray_engine import policy_engine_for
+        from agentr1.trainer.serving import start_serving
 
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -80,19 +77,17 @@ class Trainer:
             self.offline: OfflineSource | None = OfflineSource(
                 cfg.offline, cfg.data.train_batch_size, self.reward_config,
                 as_of=dt.datetime.fromisoformat(self.state.offline_as_of))
-            self.backend = self.server = None
+            self.serving = None
             self.train_tasks, self.val_tasks = [], []
         else:
             self.offline = None
-            # one decode batch can hold every concurrent rollout (a GPU's throughput grows with the batch)
-            self.backend = LocalBackend(serve_from, device=cfg.trainer.device, model_name="policy",
-                                        policy_version=self.state.policy_version,
-                                        max_batch_size=max(32, cfg.actor_rollout_ref.rollout.max_concurrency))
-            settings = GatewaySettings(db=cfg.db, accept_any_model=True, default_run=self.state.run_id)
-            self.server = BackgroundServer(create_app(settings, store=self.store, backend=self.backend))
-            configure(self.server.start())
-            self.train_tasks = load_tasks(cfg.data, "train")
+            self.train_tasks = load_tasks(cfg.data, "train")  # bad task files fail before any server starts
             self.val_tasks = load_tasks(cfg.data, "val") if (cfg.data.val_files or cfg.data.generator) else []
+            # the gateway in front of the embedded engine or SGLang / vLLM servers (rollout.name)
+            self.serving = start_serving(cfg, self.store, self.model_path, serve_from, run_id=self.state.run_id,
+                                         policy_version=self.state.policy_version, log_dir=self.out_dir / "servers")
+            self.state.policy_version = asyncio.run(self.serving.align(self.engine, self.state.policy_version))
+            configure(self.serving.url)
         self.runner = AgentRunner(cfg.agent) if cfg.agent is not None else None
         self.distiller = build_distiller(cfg, self.model_path, self.engine) if cfg.algorithm.distill else None
         self.sampler = TaskSampler(self.train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
@@ -152,8 +147,8 @@ class Trainer:
         if self.engine.critic is not None:
             metrics.update(await asyncio.to_thread(self.engine.update_critic, batch.rows))
         # 6. weights to the serving backend: later steps record the new policy version
-        if self.backend is not None:
-            self.state.policy_version = await self.engine.sync_to(self.backend)
+        if self.serving is not None:
+            self.state.policy_version = await self.serving.sync(self.engine)
         else:
             self.state.policy_version += 1
         return metrics
@@ -222,10 +217,8 @@ class Trainer:
         if plot is not None:
             log.info("curves: %s", plot)
         self.tracker.close()
-        if self.server is not None:
-            self.server.stop()
-        if self.backend is not None:
-            asyncio.run(self.backend.close())
+        if self.serving is not None:
+            self.serving.close()
         self.store.close()
 
 

@@ -12,17 +12,21 @@ is one PPO step in verl's dataflow:
 4. ``ppo_epochs`` x mini-batches of ``engine.train_batch(td, partial(ppo_loss, actor_config))``;
    verl splits each mini-batch into micro-batches and takes one optimizer step per mini-batch.
 
-Weights reach the serving side without touching disk (:meth:`~LocalPolicyEngine.sync_to` a
-:class:`~agentr1.gateway.backends.local.LocalBackend`) or as a servable HF directory
-(:meth:`~LocalPolicyEngine.save`); :meth:`~LocalPolicyEngine.save_checkpoint` /
+Weights reach the serving side through :meth:`~LocalPolicyEngine.sync_to`: without touching disk
+for an in-process :class:`~agentr1.gateway.backends.local.LocalBackend`, or as a servable HF
+directory under ``sync_dir`` that SGLang / vLLM servers load (``backend.update_weights(path)``);
+:meth:`~LocalPolicyEngine.save` writes such a directory anywhere; :meth:`~LocalPolicyEngine.save_checkpoint` /
 :meth:`~LocalPolicyEngine.load_checkpoint` keep optimizer state through verl's checkpoint manager.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -106,7 +110,8 @@ class LocalPolicyEngine:
     loss_mode="gspo", use_kl_loss=True)``."""
 
     def __init__(
-        self, model_path: str | os.PathLike[str], config: PolicyEngineConfig | None = None, **overrides: Any
+        self, model_path: str | os.PathLike[str], config: PolicyEngineConfig | None = None, *,
+        sync_dir: str | os.PathLike[str] | None = None, **overrides: Any
     ) -> None:
         config = config or PolicyEngineConfig()
         if overrides:
@@ -128,6 +133,7 @@ class LocalPolicyEngine:
         self.critic_config = _critic_loss_config(config) if config.critic else None
         self.version = 0  # optimizer steps taken by update() calls
         self.critic_version = 0
+        self.sync_dir = Path(sync_dir) if sync_dir else None  # weights for remote servers (None: a temp dir)
         self._generator = torch.Generator().manual_seed(config.data_loader_seed)
         log.info("policy engine on %s ready in %.1f s", self.device, time.perf_counter() - started)
 
@@ -349,10 +355,25 @@ class LocalPolicyEngine:
         """Full policy weights under Hugging Face names (``copy=False`` may alias live parameters)."""
         return {name: (t.clone() if copy else t) for name, t in self.actor.named_tensors()}
 
-    async def sync_to(self, backend: LocalBackend) -> int:
-        """Load the current policy into a running in-process ``LocalBackend``; returns its new
-        ``policy_version`` (the backend waits for requests in flight, so no response mixes versions)."""
-        return await backend.update_weights_from_tensors(self.state_dict_for_serving(copy=False))
+    async def sync_to(self, backend: LocalBackend | Any) -> int:
+        """Load the current policy into the serving ``backend``; returns the policy version it reports
+        afterwards (it waits for requests in flight, so no response mixes versions).
+
+        An in-process ``LocalBackend`` (it has ``update_weights_from_tensors``) gets the tensors;
+        any other backend (SGLang, vLLM servers) gets a HF directory written under ``sync_dir`` and
+        loads it with ``update_weights(path)`` — ``/update_weights_from_disk`` or vLLM's reload, so
+        ``sync_dir`` must be a path the servers can read (a shared filesystem across nodes). Only
+        the latest directory is kept: a server that missed one update loads the next."""
+        if hasattr(backend, "update_weights_from_tensors"):
+            return await backend.update_weights_from_tensors(self.state_dict_for_serving(copy=False))
+        if self.sync_dir is None:
+            self.sync_dir = Path(tempfile.mkdtemp(prefix="agentr1-weights-"))
+        path = await asyncio.to_thread(self.save, self.sync_dir / f"policy-{self.version}")
+        version = int(await backend.update_weights(str(path)))
+        for older in self.sync_dir.glob("policy-*"):
+            if older != path:
+                shutil.rmtree(older, ignore_errors=True)
+        return version
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """A servable HF directory: ``model.safetensors`` + the source's config and tokenizer."""

@@ -14,17 +14,16 @@ With several data-parallel ranks a batch must split evenly: rows are padded to a
 rank count with copies whose ``response_mask`` is all zero (they add nothing to a token-mean loss;
 ``global_batch_size`` stays the real row count).
 
-Weights to the serving side: a ``LocalBackend`` in this process gets the gathered state dict
-(:meth:`~.policy.LocalPolicyEngine.sync_to`); SGLang servers (or any backend with
-``update_weights(path)``) get a HF directory written to ``sync_dir`` — a path the servers can read
-(a shared filesystem across nodes) — and load it with ``/update_weights_from_disk``.
+Weights to the serving side: the inherited :meth:`~.policy.LocalPolicyEngine.sync_to` (the
+gathered state dict for an in-process ``LocalBackend``; for SGLang / vLLM servers a HF directory
+under ``sync_dir`` — a path the servers can read, a shared filesystem across nodes — loaded with
+``update_weights(path)``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -195,7 +194,7 @@ class RayPolicyEngine(LocalPolicyEngine):
 
         self.config = config
         self.model_path = Path(model_path)
-        self.sync_dir = Path(sync_dir) if sync_dir else Path(tempfile.mkdtemp(prefix="agentr1-weights-"))
+        self.sync_dir = Path(sync_dir) if sync_dir else None  # as LocalPolicyEngine: None = a temp dir
         roles: list[Role] = ["actor"] + (["ref"] if config.use_kl_loss else []) + (["critic"] if config.critic else [])
         started = time.perf_counter()
         # one bundle per device; every role's worker shares it (verl's max_colocate_count)
@@ -215,22 +214,14 @@ class RayPolicyEngine(LocalPolicyEngine):
         log.info("Ray policy engine: %d x %d %s workers per model, ready in %.1f s", nnodes, n_gpus_per_node,
                  self.device, time.perf_counter() - started)
 
-    async def sync_to(self, backend: Any) -> int:
-        """The current policy to the serving ``backend``: tensors for an in-process ``LocalBackend``,
-        a HF directory under ``sync_dir`` + ``update_weights(path)`` for SGLang / vLLM servers."""
-        if hasattr(backend, "update_weights_from_tensors"):
-            return await super().sync_to(backend)
-        path = self.save(self.sync_dir / f"policy-{self.version}")
-        return int(await backend.update_weights(str(path)))
-
 
 def policy_engine_for(model_path: str | os.PathLike[str], config: PolicyEngineConfig, trainer: Any) -> LocalPolicyEngine:
     """The engine the job's ``trainer.engine`` selects: ``local`` (this process) or ``ray``
     (``trainer.n_gpus_per_node`` x ``trainer.nnodes`` workers, cluster ``trainer.ray_address``)."""
+    sync_dir = Path(trainer.default_local_dir) / "weights-for-serving"  # read by SGLang / vLLM servers
     if trainer.engine == "local":
-        return LocalPolicyEngine(model_path, config)
+        return LocalPolicyEngine(model_path, config, sync_dir=sync_dir)
     if trainer.engine == "ray":
         return RayPolicyEngine(model_path, config, n_gpus_per_node=trainer.n_gpus_per_node, nnodes=trainer.nnodes,
-                               ray_address=trainer.ray_address,
-                               sync_dir=Path(trainer.default_local_dir) / "weights-for-serving")
+                               ray_address=trainer.ray_address, sync_dir=sync_dir)
     raise ValueError(f"unknown trainer.engine {trainer.engine!r}: local or ray")
