@@ -5,8 +5,9 @@ tool whose latency is drawn from a seeded log-normal distribution (median ``--to
 shape ``--tool-sigma``; a few calls take many times the median), feeds the result back and
 answers. ``--latency sample`` (the default) draws one latency per agent run, so the samples of one
 task straggle independently, as real tool calls, sandboxes and browsers do; ``--latency task``
-draws one per task, shared by its ``n`` samples (a group waits for one draw, milder on sync). The real policy model (tiny random Llama by default, ``--model smollm2`` or a HF
-directory) generates every token through the real gateway; the real verl engine updates it.
+draws one per task, shared by its ``n`` samples (a group waits for one draw, milder on sync). The
+real policy model (tiny random Llama by default, ``--model smollm2`` or a HF directory) generates
+every token through the real gateway; the real verl engine updates it.
 
 Both modes run the same tasks (same file, same order), the same ``--updates`` policy updates of
 ``--batch`` groups x ``--n`` samples, the same ``--concurrency`` bound on agent runs. The wall time

@@ -56,7 +56,9 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
             held_out: list[str] | None = None, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
     """Run OPD in ``work``; returns the held-out measurements before and after each update and the
     trainer's per-step metrics."""
+    import torch
     from examples.distill.tasks import HELD_OUT
+    from transformers import AutoModelForCausalLM
 
     from agentr1.gateway.models import resolve_model
     from agentr1.trainer.distill_eval import HeldOutAgreement, perturbed_student
@@ -71,10 +73,17 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
                                  max_tokens=max_tokens, device=device, seed=seed), quiet=True)
     trainer.setup()
     end_step = trainer._end_step
+    probe = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).eval()  # gets the engine's weights
+
+    def measure_policy() -> dict[str, float]:
+        """The held-out measure of the weights the engine holds now (those just synced to serving)."""
+        missing, unexpected = probe.load_state_dict(trainer.engine.state_dict_for_serving(copy=False), strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:  # lm_head may be tied to the embeddings
+            raise RuntimeError(f"engine weights do not fit the student: missing {missing}, unexpected {unexpected}")
+        return reference.measure(probe)
 
     async def measured_end_step(step: int, metrics: dict[str, float]) -> None:
-        # sync mode: no rollout runs between the weight sync and here, so the served model is still
-        measured = await asyncio.to_thread(reference.measure, trainer.backend.model)
+        measured = await asyncio.to_thread(measure_policy)
         held.append({"step": step, **measured})
         metrics.update({f"heldout/{k}": v for k, v in measured.items() if k != "positions"})
         await end_step(step, metrics)

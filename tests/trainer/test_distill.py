@@ -18,7 +18,9 @@ from agentr1.trainer.rows import TrainRow
 
 OPD_TEST_SETTING = {"noise": 0.1, "steps": 2, "batch": 4, "n": 2, "lr": 5e-5, "max_tokens": 16,
                     "held_out_tokens": 16, "seed": 0}
-OPD_TEST_KL_RATIO = 0.9  # TODO measured
+# held-out reverse KL after / before, measured here for this setting (sampling is not seeded, so
+# runs differ): 0.81 and 0.85 (1.045 -> 0.846, 0.886). 0.93 leaves about twice that spread as margin.
+OPD_TEST_KL_RATIO = 0.93
 
 
 # -- unit ------------------------------------------------------------------------------------------
