@@ -184,13 +184,15 @@ def test_summary_replaces_old_turns_with_one_summary(tmp_path, renderer):
         s = _session(url, context={"policy": "summary", "keep_last_turns": 2})
         assert s["context"] == {"policy": "summary", "keep_last_turns": 2, "max_summary_tokens": 256}
         sent, _ = _agent(s, 5)
-        # the agent retries its last request: the cached summary gives the same prompt, no drift
+        # the agent sends its last request again: the cached summary gives the same prompt, so it is a
+        # sibling of the last step (same parent, same drift as that step), not a new drift
         client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"])
         client.chat.completions.create(model="policy", messages=sent[-1], tools=[TOOL])
         steps = store.get_session(s["id"]).steps
-    assert [st.drift for st in steps] == [False, False, False, True, True, False]
+    assert [st.drift for st in steps] == [False, False, False, True, True, True]
     _assert_exact_continuation(steps[:5])
     assert steps[5].observation_ids == steps[4].observation_ids
+    assert steps[5].parent_index == steps[4].parent_index == 3
     assert asked == [sent[3][2:4], sent[4][2:6]]  # the dropped turns, each summarized once
     for i, st in enumerate(steps[:5]):
         assert st.messages_sent == sent[i]
