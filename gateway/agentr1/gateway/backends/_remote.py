@@ -32,13 +32,24 @@ from typing import Any, TypeVar
 import httpx
 
 from ._http import Retry, Server, ServerPool, error_message, route_key, transport_error
-from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, StreamDelta
+from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # what parsing a body that is not the protocol's answer raises (json.JSONDecodeError is a ValueError)
 MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+
+
+class TokenOutput:
+    """The tokens of one generation as a server sends them, gathered from a whole answer or from
+    stream events; each protocol's subclass parses its own ``add(body)``."""
+
+    def __init__(self, top_n: int) -> None:
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.top: list[list[TokenLogprob]] = []
+        self.top_n = top_n
 
 
 class RemoteBase:

@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 
 from ._http import Retry, Server, check, sse_events, transport_error
-from ._remote import RemoteBase
+from ._remote import RemoteBase, TokenOutput
 from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
 __all__ = ["SGLangBackend"]
@@ -73,14 +73,8 @@ def _new(items: list[Any], total: int, seen: int, what: str) -> list[Any]:
     raise BackendError(f"SGLang sent {len(items)} {what} for {total} tokens after {seen}: cannot align them")
 
 
-class _Output:
+class _Output(TokenOutput):
     """The tokens of one generation, gathered from a whole answer or from stream events."""
-
-    def __init__(self, top_n: int) -> None:
-        self.ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.top: list[list[TokenLogprob]] = []
-        self.top_n = top_n
 
     def add(self, body: dict[str, Any]) -> tuple[list[int], list[float]]:
         meta = body.get("meta_info") or {}

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import httpx
 
 from ._http import Retry, Server, check, error_message, sse_events, transport_error
-from ._remote import RemoteBase
+from ._remote import RemoteBase, TokenOutput
 from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
 __all__ = ["VLLMBackend"]
@@ -63,14 +63,8 @@ def _token_id(token: str) -> int:
     raise BackendError(f"vLLM returned the token {token!r} instead of 'token_id:<id>'")
 
 
-class _Output:
+class _Output(TokenOutput):
     """The tokens of one completion choice, from a whole answer or from stream chunks (deltas)."""
-
-    def __init__(self, top_n: int) -> None:
-        self.ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.top: list[list[TokenLogprob]] = []
-        self.top_n = top_n
 
     def add(self, choice: dict[str, Any]) -> tuple[list[int], list[float]]:
         lp = choice.get("logprobs") or {}
