@@ -67,10 +67,13 @@ def distinct_reward(session, task) -> float:
 
 
 def versions_by_step(tmp_path: Path, run_id: str) -> dict[int, set[int]]:
-    """Per training step: the policy versions recorded on its sessions' steps."""
+    """Per training step: the policy versions recorded on its finished sessions' steps (async mode
+    abandons the runs still in flight when training ends, some before their first model call)."""
     with TraceStore.open(tmp_path / "traces.db") as store:
         out: dict[int, set[int]] = {}
         for session in store.list_sessions(run_id, limit=100):
+            if session.status != "finished":
+                continue
             steps = store.get_session(session.id).steps
             assert steps, f"session {session.id} recorded no steps"
             out.setdefault(session.metadata["step"], set()).update(st.policy_version for st in steps)
