@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .memory import pin_mmap_threshold
+
 log = logging.getLogger(__name__)
 
 _prepared: str | None = None
@@ -266,6 +268,7 @@ def prepare_verl(device: str) -> str:
         if _prepared != device:
             raise RuntimeError(f"verl is already set up for {_prepared!r} in this process, not {device!r}")
         return device
+    pin_mmap_threshold()  # else the heap fragments and memory grows every update (see memory.py)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VERL_USE_EXTERNAL_PLUGINS", "none")
