@@ -184,9 +184,7 @@ class TruncateToolOutputs(ContextPolicy):
 class Summary(SlidingWindow):
     name = "summary"
 
-    class Options(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        keep_last_turns: int = Field(4, ge=1)
+    class Options(SlidingWindow.Options):
         max_summary_tokens: int = Field(256, ge=1)
 
     CACHE_SIZE: ClassVar[int] = 64
