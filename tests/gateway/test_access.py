@@ -11,8 +11,8 @@ import httpx
 import pytest
 from gateway_harness import serve
 
+from agentr1.core.rendering import load_renderer
 from agentr1.gateway.backends.instant import InstantBackend
-from agentr1.gateway.rendering import load_renderer
 
 BODY = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ADMIN = "admin-secret-key"

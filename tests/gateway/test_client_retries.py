@@ -13,8 +13,8 @@ import openai
 import pytest
 from gateway_harness import serve
 
+from agentr1.core.rendering import load_renderer
 from agentr1.gateway.backends.instant import InstantBackend
-from agentr1.gateway.rendering import load_renderer
 from agentr1.trainer.batch import BatchConfig, build_rows
 
 CLIENT_TIMEOUT_S = 0.1

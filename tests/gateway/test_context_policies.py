@@ -15,6 +15,7 @@ import pytest
 from gateway_harness import serve
 from typer.testing import CliRunner
 
+from agentr1.core.rendering import load_renderer
 from agentr1.gateway.app import create_app
 from agentr1.gateway.backends.instant import InstantBackend
 from agentr1.gateway.context import (
@@ -23,7 +24,6 @@ from agentr1.gateway.context import (
     ContextPolicyError,
     build_policy,
 )
-from agentr1.gateway.rendering import load_renderer
 from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import TraceStore
@@ -269,7 +269,7 @@ def test_cli_context_policy_flag(monkeypatch):
     from agentr1.cli.gateway import gateway
 
     seen: dict = {}
-    monkeypatch.setattr("agentr1.gateway.app.create_app", lambda settings: seen.setdefault("settings", settings))
+    monkeypatch.setattr("agentr1.gateway.create_app", lambda settings: seen.setdefault("settings", settings))
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: None)
     app = typer.Typer()
     app.command()(gateway)

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from agentr1.core.rendering import load_renderer
 from agentr1.gateway.backends.instant import InstantBackend
-from agentr1.gateway.rendering import load_renderer
 
 EXAMPLES = int(os.environ.get("AGENTR1_FUZZ_EXAMPLES", "8"))
 CALL_TIMEOUT_S = 15.0

@@ -12,9 +12,9 @@ import openai
 import pytest
 from gateway_harness import serve
 
+from agentr1.core.rendering import load_renderer
 from agentr1.gateway.backends.base import BackendError
 from agentr1.gateway.backends.instant import InstantBackend
-from agentr1.gateway.rendering import load_renderer
 
 TOOL = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
                                           "parameters": {"type": "object",

@@ -70,7 +70,7 @@ def test_fifty_concurrent_sessions_never_mix_steps(tmp_path, tiny_model_path):
 
 @pytest.mark.slow
 def test_smollm2_two_turn_tool_agent_exact_tokens(tmp_path, smollm2_path):
-    from agentr1.gateway.rendering import load_renderer
+    from agentr1.core.rendering import load_renderer
 
     tok = load_renderer(smollm2_path).tokenizer
     with serve(tmp_path / "s.db", model=str(smollm2_path), accept_any_model=True) as (url, store):

@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from agentr1.core.models import build_tiny_random_model
 from agentr1.gateway.backends import (
     Backend,
     BackendError,
@@ -22,7 +23,6 @@ from agentr1.gateway.backends import (
     SamplingParams,
 )
 from agentr1.gateway.backends.local import LocalBackend
-from agentr1.gateway.models import build_tiny_random_model
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:

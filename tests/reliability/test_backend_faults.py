@@ -12,9 +12,9 @@ import openai
 import pytest
 from faulty_sglang import REPLY, FaultState, faulty_sglang_app
 
+from agentr1.core.rendering import load_renderer
 from agentr1.gateway.app import create_app
 from agentr1.gateway.backends.sglang import SGLangBackend
-from agentr1.gateway.rendering import load_renderer
 from agentr1.gateway.server import BackgroundServer, free_port
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import TraceStore

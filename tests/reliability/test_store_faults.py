@@ -20,9 +20,9 @@ import httpx
 import openai
 import pytest
 
+from agentr1.core.rendering import load_renderer
 from agentr1.gateway.app import create_app
 from agentr1.gateway.backends.instant import InstantBackend
-from agentr1.gateway.rendering import load_renderer
 from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.writer import StepWriter

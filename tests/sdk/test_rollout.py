@@ -180,10 +180,10 @@ def test_headers_only_go_to_the_gateway(gateway):
 def test_rollout_reaches_a_gateway_with_access_control(tmp_path):
     """With an admin key on the gateway, the SDK's session header comes with X-Agentr1-Session-Key, so an agent
     whose own client carries an unrelated API key is still let in, and attributed."""
+    from agentr1.core.models import ensure_smollm2
+    from agentr1.core.rendering import load_renderer
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.models import ensure_smollm2
-    from agentr1.gateway.rendering import load_renderer
     from agentr1.gateway.server import BackgroundServer
     from agentr1.gateway.settings import GatewaySettings
     from agentr1.sdk.client import _config

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from agentr1.core.rendering import RenderError, load_renderer
+from agentr1.core.rendering.turns import assistant_turn_ids
 from agentr1.gateway.backends.base import BackendError, GenerateRequest, SamplingParams
 from agentr1.gateway.backends.scripted import ScriptedBackend
-from agentr1.gateway.rendering import RenderError, load_renderer
-from agentr1.gateway.rendering.turns import assistant_turn_ids
 
 CALL = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": "2*3"})}}]}

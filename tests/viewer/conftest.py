@@ -24,9 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Any:
+    from agentr1.core.rendering import load_renderer
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.rendering import load_renderer
     from agentr1.gateway.server import BackgroundServer
     from agentr1.gateway.settings import GatewaySettings
     from agentr1.store import TraceStore
@@ -52,7 +52,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> An
 @pytest.fixture(scope="session")
 def viewer_url(recorded: Recorded) -> Any:
     from agentr1.gateway.server import BackgroundServer
-    from agentr1.gateway.viewer import ViewerSettings, create_viewer_app
+    from agentr1.viewer import ViewerSettings, create_viewer_app
 
     settings = ViewerSettings(db=recorded.db, runs_dir=str(recorded.runs_dir), tokenizer=str(recorded.tokenizer_path),
                               gateway_url=recorded.gateway_url)

@@ -9,7 +9,7 @@ import httpx
 from viewer_harness import RUN_ID
 
 from agentr1.gateway.metrics import Metrics, backend_gauges
-from agentr1.gateway.viewer.runs_dir import RunsDir, prometheus_text
+from agentr1.viewer.runs_dir import RunsDir, prometheus_text
 
 SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?[0-9.e+\-]+(inf)?$')
 

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from agentr1.gateway.viewer import queries
 from agentr1.store import StepRecord, TraceStore
+from agentr1.viewer import queries
 
 PG_ADMIN_URL = os.environ.get("AGENTR1_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

@@ -79,7 +79,7 @@ def varied_logprobs(backend_cls: type) -> type:
 def record_traces(rec: Recorded) -> None:
     import openai
 
-    from agentr1.gateway.viewer.chat import calculator
+    from agentr1.viewer.chat import calculator
 
     def new_session(**body: Any) -> tuple[str, openai.OpenAI]:
         created = httpx.post(f"{rec.gateway_url}/sessions", json={"run_id": RUN_ID, **body}).json()

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 
-from agentr1.sdk import propagation
-from agentr1.sdk.client import gateway_url
-from agentr1.sdk.context import current_session
+from agentr1.sdk import current_session, gateway_url, install_propagation
 
 # The gateway ignores the key of a call attributed by URL or header; clients just need a non-empty one.
 PLACEHOLDER_KEY = "agentr1"
@@ -21,7 +19,7 @@ def endpoint(*, follow: bool = False) -> tuple[str, str]:
     active when it is made (the SDK's header propagation, installed here), or joins an auto
     session when none is.
     """
-    propagation.install()
+    install_propagation()
     active = current_session()
     if active is not None:
         return active.base_url, active.api_key

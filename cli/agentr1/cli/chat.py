@@ -34,7 +34,7 @@ def chat(
     """Chat with the policy; every turn is a recorded step (see it with `agentr1 traces show` or `agentr1 view`)."""
     import httpx
 
-    from agentr1.gateway.viewer.chat import ChatError, GatewayChat
+    from agentr1.viewer import ChatError, GatewayChat
 
     names = [t.strip() for item in tools for t in item.split(",") if t.strip()]
     try:

@@ -61,8 +61,7 @@ def gateway(
     try:
         import uvicorn
 
-        from agentr1.gateway.app import create_app
-        from agentr1.gateway.settings import GatewaySettings
+        from agentr1.gateway import GatewaySettings, create_app
     except ModuleNotFoundError as exc:
         typer.secho(f"error: the gateway needs `pip install 'agentr1[gateway]'` ({exc.name} missing)", fg="red", err=True)
         raise typer.Exit(2) from exc
@@ -76,7 +75,7 @@ def gateway(
     if backend in ("sglang", "vllm") and not backend_url and not launch:
         typer.secho(f"error: --backend {backend} needs --backend-url (each server's address)", fg="red", err=True)
         raise typer.Exit(2)
-    from agentr1.gateway.context import ContextPolicyError, build_policy
+    from agentr1.gateway import ContextPolicyError, build_policy
 
     try:
         build_policy(context_policy)
@@ -85,7 +84,7 @@ def gateway(
         raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if otlp_endpoint:
-        from agentr1.gateway.tracing import configure_otlp
+        from agentr1.gateway import configure_otlp
 
         configure_otlp(otlp_endpoint)
     launcher = None
@@ -128,8 +127,8 @@ def _launch(model: str, servers: int, port: int, args: str, command: str | None,
     import os
     import shlex
 
-    from agentr1.gateway.backends.launcher import LaunchError, LaunchSpec, SGLangLauncher, parse_command
-    from agentr1.gateway.models import resolve_model
+    from agentr1.core import resolve_model
+    from agentr1.gateway.backends import LaunchError, LaunchSpec, SGLangLauncher, parse_command
 
     def stop_gateway(error: LaunchError) -> None:
         os.kill(os.getpid(), signal.SIGTERM)

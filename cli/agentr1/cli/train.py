@@ -11,7 +11,7 @@ import typer
 
 def _load(config: str, overrides: list[str] | None) -> object:
     try:
-        from agentr1.trainer.config import JobConfig
+        from agentr1.trainer import JobConfig
     except ModuleNotFoundError as exc:
         typer.secho(f"error: training needs `pip install 'agentr1[trainer]'` ({exc.name} missing)", fg="red", err=True)
         raise typer.Exit(2) from exc
@@ -30,7 +30,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Train the policy: rollout -> reward -> replay -> update, step by step (resumes by default)."""
-    from agentr1.trainer.loop import Trainer
+    from agentr1.trainer import Trainer
 
     job = _load(config, overrides)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -56,7 +56,7 @@ def evaluate(
     """Held-out success of a checkpoint (one sample per validation task), or n rollouts per task of a split."""
     import asyncio
 
-    from agentr1.trainer.evaluate import evaluate_checkpoint
+    from agentr1.trainer import evaluate_checkpoint
 
     if split not in ("train", "val"):
         typer.secho(f"error: --split must be train or val, not {split!r}", fg="red", err=True)

@@ -27,9 +27,8 @@ def view(
     try:
         import uvicorn
 
-        from agentr1.gateway.viewer.app import create_viewer_app
-        from agentr1.gateway.viewer.settings import ViewerSettings
         from agentr1.store import StoreError, TraceStore
+        from agentr1.viewer import ViewerSettings, create_viewer_app
     except ModuleNotFoundError as exc:
         typer.secho(f"error: the viewer needs `pip install 'agentr1[gateway]'` ({exc.name} missing)", fg="red",
                     err=True)

@@ -32,8 +32,8 @@ def _default_backend(settings: GatewaySettings) -> Backend:
         from agentr1.gateway.backends.factory import remote_backend
 
         return remote_backend(settings)
+    from agentr1.core import resolve_model
     from agentr1.gateway.backends.local import LocalBackend
-    from agentr1.gateway.models import resolve_model
 
     path = resolve_model(settings.model)
     return LocalBackend(path, device=settings.device, max_batch_size=settings.max_batch_size,
@@ -41,8 +41,8 @@ def _default_backend(settings: GatewaySettings) -> Backend:
 
 
 def _default_renderer(settings: GatewaySettings, backend: Backend) -> Any:
-    from agentr1.gateway.models import resolve_model
-    from agentr1.gateway.rendering import load_renderer
+    from agentr1.core import resolve_model
+    from agentr1.core.rendering import load_renderer
 
     tokenizer = getattr(backend, "tokenizer", None)
     if tokenizer is None and not backend.trainable:  # an external model (litellm): nothing to render

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agentr1.core.rendering import PreviousTurn, PromptPlan, RenderError, plan_prompt
 from agentr1.gateway.backends.base import (
     Backend,
     BackendUnavailable,
@@ -21,7 +22,6 @@ from agentr1.gateway.backends.base import (
 from agentr1.gateway.context import ContextPolicies, ContextPolicy
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.metrics import Metrics
-from agentr1.gateway.rendering import PreviousTurn, PromptPlan, RenderError, plan_prompt
 from agentr1.gateway.sessions import SessionRegistry, SessionState
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.writer import StepWriter

@@ -34,8 +34,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentr1.gateway.rendering.base import ROLE_ALIASES, RenderError, content_text
-from agentr1.gateway.rendering.continuation import canonical_message
+from agentr1.core.rendering import ROLE_ALIASES, RenderError, canonical_message, content_text
 
 __all__ = [
     "POLICIES",

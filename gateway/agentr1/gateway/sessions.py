@@ -19,8 +19,8 @@ from urllib.parse import unquote
 
 from starlette.requests import Request
 
+from agentr1.core.rendering import PreviousTurn, canonical_message
 from agentr1.gateway.errors import APIError
-from agentr1.gateway.rendering import PreviousTurn, canonical_message
 from agentr1.store import SessionExists, StepRecord, TraceStore, UnknownSession
 
 SESSION_HEADER = "x-agentr1-session"

@@ -7,6 +7,7 @@
         ...  # any OpenAI-compatible client pointed at the gateway; return the reward
 """
 
+from agentr1.sdk.anchors import aanchor, anchor
 from agentr1.sdk.client import configure, gateway_url
 from agentr1.sdk.context import ActiveSession, current_session
 from agentr1.sdk.errors import (
@@ -17,6 +18,8 @@ from agentr1.sdk.errors import (
     SessionAlreadyFinished,
     UnknownStep,
 )
+from agentr1.sdk.propagation import install as install_propagation
+from agentr1.sdk.failures import EnvironmentFailure, failure_kind
 from agentr1.sdk.rollout import (
     api_key,
     areward,
@@ -32,19 +35,24 @@ from agentr1.sdk.runner import RunResult, run_command
 __all__ = [
     "ActiveSession",
     "AgentR1Error",
+    "EnvironmentFailure",
     "GatewayError",
     "GatewayUnreachable",
     "NoActiveSession",
     "RunResult",
     "SessionAlreadyFinished",
     "UnknownStep",
+    "aanchor",
+    "anchor",
     "api_key",
     "areward",
     "async_openai_client",
     "base_url",
     "configure",
     "current_session",
+    "failure_kind",
     "gateway_url",
+    "install_propagation",
     "openai_client",
     "reward",
     "rollout",

@@ -13,7 +13,7 @@ from agentr1.store.errors import (
     UnknownStep,
 )
 from agentr1.store.export import export_run
-from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord
+from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
 from agentr1.store.store import TraceStore, new_id
 
 __all__ = [
@@ -36,4 +36,5 @@ __all__ = [
     "export_run",
     "new_id",
     "normalize_url",
+    "superseded_steps",
 ]

@@ -26,6 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+__all__ = ["REWARD_SOURCES", "SESSION_STATUSES", "Base", "RewardRow", "RunRow", "SessionRow", "StepRow"]
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",

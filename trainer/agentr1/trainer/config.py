@@ -51,7 +51,7 @@ class AgentConfig(_Strict):
             if self.command is not None:
                 raise ValueError("agent.context applies to `entrypoint` agents (the runner of a `command` "
                                  "creates its session itself)")
-            from agentr1.gateway.context import build_policy  # validated at load, not once per rollout
+            from agentr1.gateway import build_policy  # validated at load, not once per rollout
 
             self.context = build_policy(self.context).config
         return self

@@ -163,7 +163,7 @@ class Distiller:
 
 def build_distiller(cfg: JobConfig, student_path: Path, engine: LocalPolicyEngine) -> Distiller:
     """The distiller ``algorithm.distill`` describes, after checking the shared tokenizer."""
-    from agentr1.gateway.models import resolve_model
+    from agentr1.core import resolve_model
 
     spec = cfg.algorithm.distill
     assert spec is not None

@@ -19,11 +19,9 @@ from agentr1.trainer.tasks import load_callable, load_tasks
 
 async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "val", n: int = 1,
                               run_id: str | None = None) -> dict[str, Any]:
-    from agentr1.gateway.app import create_app
-    from agentr1.gateway.backends.local import LocalBackend
-    from agentr1.gateway.models import resolve_model
-    from agentr1.gateway.server import BackgroundServer
-    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.core import resolve_model
+    from agentr1.gateway import BackgroundServer, GatewaySettings, create_app
+    from agentr1.gateway.backends import LocalBackend
 
     if job.agent is None:
         raise ValueError("evaluation needs `agent` in the config")

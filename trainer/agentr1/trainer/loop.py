@@ -49,7 +49,7 @@ class Trainer:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from agentr1.gateway.models import resolve_model
+        from agentr1.core import resolve_model
         from agentr1.trainer.engine.ray_engine import policy_engine_for
         from agentr1.trainer.serving import start_serving
 

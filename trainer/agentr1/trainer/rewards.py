@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentr1.store.records import SessionRecord, StepRecord
+from agentr1.store import SessionRecord, StepRecord
 
 __all__ = [
     "RewardConfig",

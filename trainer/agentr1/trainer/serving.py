@@ -108,15 +108,13 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
     """Start the backend ``cfg.actor_rollout_ref.rollout`` selects (launching SGLang servers first when
     asked) behind a gateway on a free loopback port. ``serve_from``: the weights the embedded engine
     loads (launched servers start from ``model_path``; :meth:`Serving.align` brings them up to date)."""
-    from agentr1.gateway.app import create_app
-    from agentr1.gateway.server import BackgroundServer
-    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.gateway import BackgroundServer, GatewaySettings, create_app
 
     rollout = cfg.actor_rollout_ref.rollout
     settings = GatewaySettings(db=cfg.db, accept_any_model=True, default_run=run_id, model=str(model_path),
                                backend=rollout.name, backend_urls=list(rollout.urls))
     if rollout.name == "local":
-        from agentr1.gateway.backends.local import LocalBackend
+        from agentr1.gateway.backends import LocalBackend
 
         # one decode batch can hold every concurrent rollout (a GPU's throughput grows with the batch)
         backend = LocalBackend(serve_from, device=cfg.trainer.device, model_name="policy",
@@ -138,7 +136,7 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
 
 
 def _launch(cfg: JobConfig, model_path: Path, log_dir: Path) -> Any:
-    from agentr1.gateway.backends.launcher import LaunchSpec, SGLangLauncher, parse_command
+    from agentr1.gateway.backends import LaunchSpec, SGLangLauncher, parse_command
 
     rollout = cfg.actor_rollout_ref.rollout
     command = (tuple(rollout.launch_command) if rollout.launch_command

@@ -23,8 +23,10 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from .launcher import LaunchError, LaunchSpec, SGLangLauncher, parse_command
     from .litellm_backend import LiteLLMBackend
     from .local import LocalBackend
+    from .scripted import ScriptedBackend
     from .sglang import SGLangBackend
     from .vllm import VLLMBackend
 
@@ -36,17 +38,23 @@ __all__ = [
     "FinishReason",
     "GenerateRequest",
     "GenerateResult",
+    "LaunchError",
+    "LaunchSpec",
     "LiteLLMBackend",
     "LocalBackend",
     "SGLangBackend",
+    "SGLangLauncher",
     "SamplingParams",
+    "ScriptedBackend",
     "StreamDelta",
     "TokenLogprob",
     "VLLMBackend",
+    "parse_command",
 ]
 
 _LAZY = {"LocalBackend": ".local", "SGLangBackend": ".sglang", "VLLMBackend": ".vllm",
-         "LiteLLMBackend": ".litellm_backend"}
+         "LiteLLMBackend": ".litellm_backend", "ScriptedBackend": ".scripted", "LaunchError": ".launcher",
+         "LaunchSpec": ".launcher", "SGLangLauncher": ".launcher", "parse_command": ".launcher"}
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,7 @@ def remote_backend(settings: Any) -> Any:
         raise ValueError(f"unknown backend {settings.backend!r}: local, sglang, vllm or litellm")
     if not urls:
         raise ValueError(f"the {settings.backend} backend needs the servers' addresses (--backend-url URL)")
-    from agentr1.gateway.models import resolve_model
+    from agentr1.core import resolve_model
 
     tokenizer = str(resolve_model(settings.model))
     if settings.backend == "sglang":

@@ -3,7 +3,7 @@
 Expert demonstrations (an environment's walkthrough, a hand-written solution) are replayed
 through the real gateway as ordinary sessions: the agent side sends its messages as usual, and
 instead of sampling, this backend answers with the next scripted assistant message of that
-session, as the policy's own tokens (:func:`~agentr1.gateway.rendering.turns.assistant_turn_ids`).
+session, as the policy's own tokens (:func:`~agentr1.core.rendering.turns.assistant_turn_ids`).
 Everything else — prompt rendering, the exact multi-turn bridge, parsing the turn back into an
 OpenAI message, storing observation/action ids — is the production path, so the stored steps
 train exactly like the policy's own rollouts.
@@ -18,10 +18,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from agentr1.core.rendering import Message, Renderer, assistant_turn_ids
 from agentr1.gateway.backends.base import BackendError, GenerateRequest, GenerateResult
 from agentr1.gateway.backends.instant import InstantBackend
-from agentr1.gateway.rendering.base import Message, Renderer
-from agentr1.gateway.rendering.turns import assistant_turn_ids
 
 __all__ = ["ScriptedBackend"]
 

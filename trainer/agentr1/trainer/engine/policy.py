@@ -44,7 +44,7 @@ from .export import save_hf_directory
 from .verl_model import VerlModel
 
 if TYPE_CHECKING:
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.gateway.backends import LocalBackend
 
 __all__ = ["LocalPolicyEngine"]
 

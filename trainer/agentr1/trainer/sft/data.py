@@ -9,7 +9,7 @@ masked tokens.
 Steps of an external model (a teacher behind LiteLLM) have text and no ids. With
 ``text_steps: render`` they are rendered here, once, with the policy's template: the observation
 is the rendering of the messages the teacher saw, the action the policy's tokens for the
-teacher's message (:func:`~agentr1.gateway.rendering.turns.assistant_turn_ids`). Rows holding such
+teacher's message (:func:`~agentr1.core.rendering.turns.assistant_turn_ids`). Rows holding such
 steps are marked ``rendered_from_text`` in :class:`SFTRows` and in the data manifest
 (``sft_data.jsonl``), since their ids are a rendering, not what a model sampled.
 """
@@ -60,8 +60,7 @@ def _text_message(step: StepRecord) -> dict[str, Any]:
 
 def render_text_steps(session: SessionRecord, renderer: Any, counts: Counter[str]) -> tuple[SessionRecord, set[int]]:
     """``session`` with its text-only steps given the policy's ids; returns the indices rendered."""
-    from agentr1.gateway.rendering import RenderError
-    from agentr1.gateway.rendering.turns import assistant_turn_ids
+    from agentr1.core.rendering import RenderError, assistant_turn_ids
 
     rendered: set[int] = set()
     steps = []

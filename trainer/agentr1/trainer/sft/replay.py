@@ -52,12 +52,10 @@ def replay_demonstrations(demos: Iterable[Demonstration], *, model: str | os.Pat
                           max_tokens: int = 2048) -> ReplayReport:
     """Replay ``demos`` through a gateway rendering for ``model`` (its template and tokenizer; no
     weights are loaded); the sessions land in run ``run_id`` of the store at ``db``."""
-    from agentr1.gateway.app import create_app
-    from agentr1.gateway.backends.scripted import ScriptedBackend
-    from agentr1.gateway.models import resolve_model
-    from agentr1.gateway.rendering import load_renderer
-    from agentr1.gateway.server import BackgroundServer
-    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.core import resolve_model
+    from agentr1.core.rendering import load_renderer
+    from agentr1.gateway import BackgroundServer, GatewaySettings, create_app
+    from agentr1.gateway.backends import ScriptedBackend
     from agentr1.sdk import configure
     from agentr1.store import TraceStore
 

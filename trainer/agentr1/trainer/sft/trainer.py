@@ -40,7 +40,7 @@ class SFTTrainer:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from agentr1.gateway.models import resolve_model
+        from agentr1.core import resolve_model
         from agentr1.trainer.engine import LocalPolicyEngine
 
         cfg = self.config
@@ -51,7 +51,7 @@ class SFTTrainer:
             selection = select_demonstrations(store, cfg.data)
         renderer = None
         if cfg.data.text_steps == "render":
-            from agentr1.gateway.rendering import load_renderer
+            from agentr1.core.rendering import load_renderer
 
             renderer = load_renderer(self.model_path)
         self.data: SFTRows = build_sft_rows(selection, cfg.data, renderer)

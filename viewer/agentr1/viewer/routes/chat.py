@@ -5,10 +5,10 @@ from __future__ import annotations
 import httpx
 from fastapi import APIRouter, Request
 
-from agentr1.gateway.errors import APIError
-from agentr1.gateway.viewer.chat import TOOLS, ChatError, GatewayChat
-from agentr1.gateway.viewer.schemas import ChatSessionCreate, ChatSessionOut, ChatTurnIn, ChatTurnOut
-from agentr1.gateway.viewer.state import ViewerState, bad_request, viewer
+from agentr1.gateway import APIError
+from agentr1.viewer.chat import TOOLS, ChatError, GatewayChat
+from agentr1.viewer.schemas import ChatSessionCreate, ChatSessionOut, ChatTurnIn, ChatTurnOut
+from agentr1.viewer.state import ViewerState, bad_request, viewer
 
 router = APIRouter(prefix="/chat", tags=["chat"])
 

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from agentr1.gateway.rendering.adapter import RenderersAdapter
-from agentr1.gateway.rendering.base import Message, Renderer, RenderError
-from agentr1.gateway.rendering.chatml import IM_END, IM_START, ChatMLRenderer
-from agentr1.gateway.rendering.template import ChatTemplateRenderer
+from agentr1.core.rendering.adapter import RenderersAdapter
+from agentr1.core.rendering.base import Message, Renderer, RenderError
+from agentr1.core.rendering.chatml import IM_END, IM_START, ChatMLRenderer
+from agentr1.core.rendering.template import ChatTemplateRenderer
 
 __all__ = ["RendererKind", "create_renderer", "load_renderer"]
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.gateway.rendering.base import (
+from agentr1.core.rendering.base import (
     Message,
     ParsedAction,
     RenderError,

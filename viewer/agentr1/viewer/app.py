@@ -15,13 +15,13 @@ import httpx
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from agentr1.gateway.errors import install_error_handlers
-from agentr1.gateway.viewer.routes import chat, groups, pages, runs, sessions
-from agentr1.gateway.viewer.runs_dir import RunsDir
-from agentr1.gateway.viewer.settings import ViewerSettings
-from agentr1.gateway.viewer.state import ViewerState
-from agentr1.gateway.viewer.tokens import Tokenizers
+from agentr1.gateway import install_error_handlers
 from agentr1.store import TraceStore
+from agentr1.viewer.routes import chat, groups, pages, runs, sessions
+from agentr1.viewer.runs_dir import RunsDir
+from agentr1.viewer.settings import ViewerSettings
+from agentr1.viewer.state import ViewerState
+from agentr1.viewer.tokens import Tokenizers
 
 log = logging.getLogger("agentr1.viewer")
 

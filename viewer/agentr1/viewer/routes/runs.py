@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
-from agentr1.gateway.viewer import queries
-from agentr1.gateway.viewer.runs_dir import metric_keys, read_metrics
-from agentr1.gateway.viewer.schemas import GroupSummary, MetricsSeries, Page, RunDetail, RunSummary
-from agentr1.gateway.viewer.state import ViewerState, not_found, viewer
 from agentr1.store import UnknownRun
+from agentr1.viewer import queries
+from agentr1.viewer.runs_dir import metric_keys, read_metrics
+from agentr1.viewer.schemas import GroupSummary, MetricsSeries, Page, RunDetail, RunSummary
+from agentr1.viewer.state import ViewerState, not_found, viewer
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 

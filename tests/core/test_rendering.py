@@ -7,8 +7,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from agentr1.gateway.models import ensure_smollm2
-from agentr1.gateway.rendering import (
+from agentr1.core.models import ensure_smollm2
+from agentr1.core.rendering import (
     ChatMLRenderer,
     ChatTemplateRenderer,
     RenderError,

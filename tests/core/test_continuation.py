@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from agentr1.gateway.models import ensure_smollm2
-from agentr1.gateway.rendering import (
+from agentr1.core.models import ensure_smollm2
+from agentr1.core.rendering import (
     ChatTemplateRenderer,
     PreviousTurn,
     canonical_message,

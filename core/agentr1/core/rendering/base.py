@@ -3,7 +3,7 @@
 A :class:`Renderer` owns the conversion between OpenAI chat messages and the policy model's
 token ids: ``render`` (messages + tools -> prompt ids), ``parse`` (sampled ids -> assistant
 message), and the two pieces the exact multi-turn bridge needs, ``close_turn`` and
-``render_tail`` (see :mod:`agentr1.gateway.rendering.continuation`).
+``render_tail`` (see :mod:`agentr1.core.rendering.continuation`).
 """
 
 from __future__ import annotations

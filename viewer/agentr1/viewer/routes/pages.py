@@ -8,9 +8,9 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, PlainTextResponse
 
-from agentr1.gateway.viewer.runs_dir import prometheus_text
-from agentr1.gateway.viewer.schemas import ViewerConfig
-from agentr1.gateway.viewer.state import viewer
+from agentr1.viewer.runs_dir import prometheus_text
+from agentr1.viewer.schemas import ViewerConfig
+from agentr1.viewer.state import viewer
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 PAGES = ("/", "/runs/{run_id}", "/sessions/{session_id}", "/groups/{group_id:path}", "/chat")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agentr1.gateway.viewer.queries import list_sessions
-from agentr1.gateway.viewer.schemas import GroupSample, GroupView
 from agentr1.store import SessionRecord, TraceStore
+from agentr1.viewer.queries import list_sessions
+from agentr1.viewer.schemas import GroupSample, GroupView
 
 log = logging.getLogger("agentr1.viewer")
 
@@ -52,8 +52,8 @@ def _advantages(records: list[SessionRecord], estimator: str
     """Per session: {step index: mean advantage of its action tokens, -1: mean over all}, its return."""
     trained = [r for r in records if r.status in TRAINED_STATUSES]
     try:
+        from agentr1.trainer import BatchConfig, build_rows
         from agentr1.trainer.algorithms import AdvantageConfig, compute_advantages
-        from agentr1.trainer.batch import BatchConfig, build_rows
     except ImportError as exc:
         return {}, {}, f"advantages need the trainer's dependencies (`pip install 'agentr1[trainer]'`): {exc}"
     rows = build_rows(trained, BatchConfig(layout="merged")).rows

@@ -6,12 +6,12 @@ from typing import Literal
 
 from fastapi import APIRouter, Query, Request
 
-from agentr1.gateway.viewer import queries
-from agentr1.gateway.viewer.schemas import Order, Page, RowsView, SessionDetail, SessionSummary, SortKey
-from agentr1.gateway.viewer.state import bad_request, not_found, viewer
-from agentr1.gateway.viewer.tokens import session_detail, session_rows
 from agentr1.store import SessionRecord, UnknownSession
 from agentr1.store.schema import SESSION_STATUSES
+from agentr1.viewer import queries
+from agentr1.viewer.schemas import Order, Page, RowsView, SessionDetail, SessionSummary, SortKey
+from agentr1.viewer.state import bad_request, not_found, viewer
+from agentr1.viewer.tokens import session_detail, session_rows
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 

@@ -3,8 +3,9 @@
 See ``docs/rendering.md`` for the design and for why this is not (only) the ``renderers`` package.
 """
 
-from agentr1.gateway.rendering.adapter import RenderersAdapter
-from agentr1.gateway.rendering.base import (
+from agentr1.core.rendering.adapter import RenderersAdapter
+from agentr1.core.rendering.base import (
+    ROLE_ALIASES,
     Message,
     ParsedAction,
     Renderer,
@@ -14,8 +15,8 @@ from agentr1.gateway.rendering.base import (
     content_text,
     normalize_messages,
 )
-from agentr1.gateway.rendering.chatml import SMOLLM2_DEFAULT_SYSTEM, ChatMLRenderer
-from agentr1.gateway.rendering.continuation import (
+from agentr1.core.rendering.chatml import SMOLLM2_DEFAULT_SYSTEM, ChatMLRenderer
+from agentr1.core.rendering.continuation import (
     PreviousTurn,
     PromptPlan,
     canonical_message,
@@ -23,11 +24,13 @@ from agentr1.gateway.rendering.continuation import (
     plan_prompt,
     same_messages,
 )
-from agentr1.gateway.rendering.factory import RendererKind, create_renderer, load_renderer
-from agentr1.gateway.rendering.hermes import hermes_prefill, parse_hermes, split_reasoning
-from agentr1.gateway.rendering.template import ChatTemplateRenderer
+from agentr1.core.rendering.factory import RendererKind, create_renderer, load_renderer
+from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes, split_reasoning
+from agentr1.core.rendering.template import ChatTemplateRenderer
+from agentr1.core.rendering.turns import assistant_turn_ids
 
 __all__ = [
+    "ROLE_ALIASES",
     "SMOLLM2_DEFAULT_SYSTEM",
     "ChatMLRenderer",
     "ChatTemplateRenderer",
@@ -41,6 +44,7 @@ __all__ = [
     "RenderersAdapter",
     "Tool",
     "TurnClose",
+    "assistant_turn_ids",
     "canonical_message",
     "canonical_tools",
     "content_text",

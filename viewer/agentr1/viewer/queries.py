@@ -11,7 +11,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agentr1.gateway.viewer.schemas import (
+from agentr1.store import SessionRecord, TraceStore
+from agentr1.store.schema import RewardRow, RunRow, SessionRow, StepRow
+from agentr1.viewer.schemas import (
     GroupSummary,
     Order,
     PolicyVersionCount,
@@ -19,8 +21,6 @@ from agentr1.gateway.viewer.schemas import (
     SessionSummary,
     SortKey,
 )
-from agentr1.store import SessionRecord, TraceStore
-from agentr1.store.schema import RewardRow, RunRow, SessionRow, StepRow
 
 
 def _outcome() -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.gateway.rendering.base import Message, Renderer, RenderError, Tool
+from agentr1.core.rendering.base import Message, Renderer, RenderError, Tool
 
 __all__ = ["assistant_turn_ids"]
 

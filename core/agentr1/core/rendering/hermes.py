@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.gateway.rendering.base import ParsedAction, Tool, new_call_id, tool_choice_name
+from agentr1.core.rendering.base import ParsedAction, Tool, new_call_id, tool_choice_name
 
 __all__ = [
     "TOOLS_FOOTER",

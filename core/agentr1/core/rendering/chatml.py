@@ -1,6 +1,6 @@
 """ChatML with hermes-style tools, rendered in Python: SmolLM2's format (and Qwen2.5's shape).
 
-Byte-for-byte the same text as ``agentr1.gateway.models.CHATML_TOOLS_TEMPLATE`` (checked by the
+Byte-for-byte the same text as ``agentr1.core.models.CHATML_TOOLS_TEMPLATE`` (checked by the
 tests), but without Jinja, and with a structural bridge: ChatML turns are delimited by the special
 tokens ``<|im_start|>`` / ``<|im_end|>``, which the tokenizer never merges with neighbouring text,
 so the ids after a closed assistant turn are exactly the encoding of ``"\\n" + new turns +
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.gateway.rendering.base import (
+from agentr1.core.rendering.base import (
     Message,
     ParsedAction,
     RenderError,
@@ -25,7 +25,7 @@ from agentr1.gateway.rendering.base import (
     tool_call_function,
     tool_functions,
 )
-from agentr1.gateway.rendering.hermes import hermes_prefill, parse_hermes, tools_block
+from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes, tools_block
 
 __all__ = ["SMOLLM2_DEFAULT_SYSTEM", "ChatMLRenderer"]
 

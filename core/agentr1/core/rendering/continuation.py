@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentr1.gateway.rendering.base import (
+from agentr1.core.rendering.base import (
     ROLE_ALIASES,
     Message,
     Renderer,

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import httpx
 from fastapi import Request
 
-from agentr1.gateway.errors import APIError
-from agentr1.gateway.viewer.runs_dir import RunsDir
-from agentr1.gateway.viewer.settings import ViewerSettings
-from agentr1.gateway.viewer.tokens import Tokenizers
+from agentr1.gateway import APIError
 from agentr1.store import TraceStore
+from agentr1.viewer.runs_dir import RunsDir
+from agentr1.viewer.settings import ViewerSettings
+from agentr1.viewer.tokens import Tokenizers
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.gateway.rendering.base import (
+from agentr1.core.rendering.base import (
     Message,
     ParsedAction,
     RenderError,
@@ -29,7 +29,7 @@ from agentr1.gateway.rendering.base import (
     tool_choice_name,
     tool_functions,
 )
-from agentr1.gateway.rendering.hermes import hermes_prefill, parse_hermes
+from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes
 
 __all__ = ["ChatTemplateRenderer"]
 

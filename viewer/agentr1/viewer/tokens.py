@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentr1.gateway.viewer.schemas import RowsView, RowView, SessionDetail, StepView, Token
 from agentr1.store import SessionRecord, StepRecord
+from agentr1.viewer.schemas import RowsView, RowView, SessionDetail, StepView, Token
 
 log = logging.getLogger("agentr1.viewer")
 
@@ -33,7 +33,7 @@ class Tokenizers:
         if self.explicit:
             return self.explicit
         try:
-            from agentr1.gateway.models import models_cache_dir
+            from agentr1.core import models_cache_dir
 
             root = models_cache_dir()
         except ImportError:  # pragma: no cover - the gateway extra is what serves the viewer
@@ -107,7 +107,7 @@ def step_view(step: StepRecord, previous: StepRecord | None, tokenizers: Tokeniz
 
 
 def session_detail(record: SessionRecord, summary: Any, tokenizers: Tokenizers) -> SessionDetail:
-    from agentr1.gateway.viewer.schemas import RewardView
+    from agentr1.viewer.schemas import RewardView
 
     path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
     steps = sorted(record.steps, key=lambda s: s.index)
@@ -125,7 +125,7 @@ def session_rows(record: SessionRecord, layout: str, tokenizers: Tokenizers) -> 
     prefix merge computed here (each step whose observation starts with the row so far joins it)."""
     path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
     try:
-        from agentr1.trainer.batch import BatchConfig, build_rows
+        from agentr1.trainer import BatchConfig, build_rows
     except ImportError:
         rows, metrics, source = _prefix_rows(record, layout), {}, "prefix"
     else:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
-from agentr1.gateway.viewer.groups import estimators, group_view
-from agentr1.gateway.viewer.schemas import GroupView
-from agentr1.gateway.viewer.state import not_found, viewer
+from agentr1.viewer.groups import estimators, group_view
+from agentr1.viewer.schemas import GroupView
+from agentr1.viewer.state import not_found, viewer
 
 router = APIRouter(tags=["groups"])
 

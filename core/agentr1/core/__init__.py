@@ -1,0 +1,17 @@
+"""The shared kernel below the gateway and the trainer: model resolution and rendering.
+
+``agentr1.core`` knows nothing of HTTP, SQL or training. The gateway renders prompts and parses
+sampled ids with it; the trainer, the SFT code and the CLI resolve models and rebuild assistant
+turns with the same code, so both sides agree token for token. Rendering is the public
+subpackage :mod:`agentr1.core.rendering`.
+"""
+
+from agentr1.core.models import (
+    build_tiny_random_model,
+    ensure_smollm2,
+    ensure_tiny_model,
+    models_cache_dir,
+    resolve_model,
+)
+
+__all__ = ["build_tiny_random_model", "ensure_smollm2", "ensure_tiny_model", "models_cache_dir", "resolve_model"]
