@@ -3,7 +3,8 @@
 An environment owns the episode's structured history and decides what the model sees: ``reset``
 gives the first messages, and each ``step`` takes the assistant message the model produced and
 returns the whole next observation, built from that history (append-only, a sliding window, a
-summary: the environment's choice, Agent-R1's ``o_{t+1} = C(z_0..z_t)``).
+summary: the environment's choice, Agent-R1's ``o_{t+1} = C(z_0..z_t)``). ``anchor`` names the
+state for GiGPO's step groups.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ class AgentEnv(ABC):
     @abstractmethod
     async def step(self, action: dict[str, Any]) -> StepResult:
         """Apply the assistant message ``action`` (``content``, optional ``tool_calls``)."""
+
+    def anchor(self) -> str | None:
+        """The GiGPO anchor of the current state: a text that is equal exactly when two episodes of the
+        task are in the same state (the calculator's intermediate value, ALFWorld's observation text).
+        Asked before each model call; the loop records it on that call's step
+        (:func:`agentr1.sdk.aanchor`). None (the default): the trainer falls back to a hash of the
+        step's observation token ids."""
+        return None
 
     async def close(self) -> None:
         """Release what the environment holds (sandboxes, browsers, ...). Called once per episode."""

@@ -3,7 +3,8 @@
 Every model call goes through an OpenAI client of the current agentr1 session, so it is an ordinary
 recorded step (exact token ids, logprobs, the messages the model saw). Each step's environment
 reward is reported on that step (``areward(..., step="last", source="environment")``), so the trace
-carries r_t where it was earned.
+carries r_t where it was earned. When the environment names its state (:meth:`AgentEnv.anchor`),
+the anchor of the state each action was taken from is recorded on that action's step too.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentr1.envs.base import AgentEnv, StepResult
-from agentr1.sdk import areward, async_openai_client
+from agentr1.sdk import aanchor, areward, async_openai_client
 
 
 @dataclass
@@ -62,7 +63,10 @@ class AgentEnvLoop:
         try:
             observation = await self.env.reset()
             while episode.steps < self.max_steps and not episode.done:
+                state = self.env.anchor()  # the state the action is taken from (GiGPO), before the call
                 action = await self._act(client, observation)
+                if state is not None:
+                    await aanchor(state, step="last")
                 result = await self.env.step(action)
                 if not isinstance(result, StepResult):
                     raise TypeError(f"{type(self.env).__name__}.step must return a StepResult, got {result!r}")

@@ -4,6 +4,11 @@ A tool is named, described and typed by a JSON schema, exactly what the OpenAI `
 carries, so the model sees the same tool whether an environment or a plain OpenAI agent offers it.
 The tool calls of one model turn run concurrently (``asyncio.gather``): a turn that calls three
 slow tools waits for the slowest, not for the sum.
+
+A tool that raises is feedback for the model (``error: ...`` in the tool message), unless the error is
+an infrastructure failure (a connection error or timeout of the tool server, or
+:class:`~agentr1.sdk.failures.EnvironmentFailure`): that ends the episode as an ``environment``
+failure, so the trainer never trains the session as if the model had failed.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from agentr1.sdk import EnvironmentFailure, is_infrastructure_error
 
 
 @dataclass
@@ -85,8 +92,10 @@ async def _run_one(call: dict[str, Any], tools: dict[str, BaseTool]) -> ToolCall
             if error is None:
                 try:
                     result = await tool.execute(arguments)
-                except Exception as exc:  # a failing tool is feedback for the model, not the end of the episode
-                    error = f"{name} failed: {type(exc).__name__}: {exc}"
+                except Exception as exc:
+                    if is_infrastructure_error(exc):  # the tool server is down, not the model's fault: end the episode
+                        raise EnvironmentFailure(f"tool {name} is unavailable: {type(exc).__name__}: {exc}") from exc
+                    error = f"{name} failed: {type(exc).__name__}: {exc}"  # feedback for the model
                 else:
                     if not isinstance(result, ToolResult):
                         raise TypeError(f"{type(tool).__name__}.execute must return a ToolResult, got {result!r}")

@@ -7,7 +7,7 @@
         ...  # any OpenAI-compatible client pointed at the gateway; return the reward
 """
 
-from agentr1.sdk.anchors import aanchor, anchor
+from agentr1.sdk.anchors import ANCHOR_PREFIX, aanchor, anchor, anchor_name, anchor_of_reward_name
 from agentr1.sdk.client import configure, gateway_url
 from agentr1.sdk.context import ActiveSession, current_session
 from agentr1.sdk.errors import (
@@ -19,7 +19,14 @@ from agentr1.sdk.errors import (
     UnknownStep,
 )
 from agentr1.sdk.propagation import install as install_propagation
-from agentr1.sdk.failures import EnvironmentFailure, failure_kind
+from agentr1.sdk.failures import (
+    FAILURE_KINDS,
+    INFRASTRUCTURE_KINDS,
+    EnvironmentFailure,
+    failure_kind,
+    failure_kind_of_error,
+    is_infrastructure_error,
+)
 from agentr1.sdk.rollout import (
     api_key,
     areward,
@@ -33,6 +40,9 @@ from agentr1.sdk.rollout import (
 from agentr1.sdk.runner import RunResult, run_command
 
 __all__ = [
+    "ANCHOR_PREFIX",
+    "FAILURE_KINDS",
+    "INFRASTRUCTURE_KINDS",
     "ActiveSession",
     "AgentR1Error",
     "EnvironmentFailure",
@@ -44,6 +54,8 @@ __all__ = [
     "UnknownStep",
     "aanchor",
     "anchor",
+    "anchor_name",
+    "anchor_of_reward_name",
     "api_key",
     "areward",
     "async_openai_client",
@@ -51,7 +63,9 @@ __all__ = [
     "configure",
     "current_session",
     "failure_kind",
+    "failure_kind_of_error",
     "gateway_url",
+    "is_infrastructure_error",
     "install_propagation",
     "openai_client",
     "reward",

@@ -6,7 +6,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -14,6 +13,7 @@ from agentr1.sdk import propagation
 from agentr1.sdk.client import arequest, as_session, create_call, finish_call, request, reward_call
 from agentr1.sdk.context import ActiveSession, current_session, reset_current, set_current
 from agentr1.sdk.errors import NoActiveSession
+from agentr1.sdk.failures import failure_error_text
 
 log = logging.getLogger("agentr1.sdk")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -104,8 +104,7 @@ class session:
     def _outcome(self, exc: BaseException | None) -> tuple[str, float | None, str | None]:
         if exc is None:
             return "finished", self.reward, None
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return "failed", None, text[-20_000:]
+        return "failed", None, failure_error_text(exc)  # the failure kind first (agentr1.sdk.failures)
 
     def _enter_context(self) -> None:
         assert self.active is not None

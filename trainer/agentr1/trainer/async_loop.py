@@ -145,6 +145,8 @@ class RolloutProducer:
         await asyncio.gather(*(sample(k) for k in range(n)))
         report.seconds = time.monotonic() - started
         sessions, rewards = await asyncio.to_thread(trainer._score, report.sessions, {task["id"]: task})
+        sessions, rewards = await trainer.groups.complete(trainer, {task["id"]: task}, sessions, rewards,
+                                                          step=trainer.state.step + 1)
         counters.completed += 1
         counters.sessions += len(report.sessions)
         counters.failed += report.failed

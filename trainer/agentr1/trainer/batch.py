@@ -18,6 +18,10 @@ Superseded steps (answers a client never saw because it timed out and retried; t
 names them in ``retry_of``) are not part of the trajectory the agent followed: they are skipped
 (``superseded_steps``) and the retry takes their place, continuing the same parent.
 
+GiGPO anchors (``BatchConfig.anchor_fn``, default :func:`env_anchor`): the state the environment
+named for a step (``agentr1.sdk.anchor`` / ``AgentEnv.anchor``), else a hash of the step's exact
+observation ids (``steps_env_anchor`` counts the steps with an environment anchor).
+
 Steps that are not trainable (e.g. a teacher behind litellm), have no action ids, or whose
 logprobs do not match their action are skipped (counted). Their rewards are not lost: a skipped
 step is treated as part of the environment, so its reward moves to the closest earlier kept step
@@ -41,7 +45,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agentr1.store.records import SessionRecord, StepRecord, superseded_steps
+from agentr1.store import SessionRecord, StepRecord, superseded_steps
+from agentr1.sdk import ANCHOR_PREFIX
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
 from agentr1.trainer.rows import Segment, TrainRow
 
@@ -51,6 +56,7 @@ __all__ = [
     "BatchConfig",
     "RowTooLongError",
     "build_rows",
+    "env_anchor",
     "metadata_anchor",
     "observation_anchor",
     "text_anchor",
@@ -82,13 +88,29 @@ def metadata_anchor(session: SessionRecord, step: StepRecord) -> str | None:
     return text_anchor(text) if isinstance(text, str) else None
 
 
+def env_anchor(session: SessionRecord, step: StepRecord) -> str | None:
+    """The anchor the environment named for this step (``agentr1.sdk.anchor``: a zero reward named
+    ``anchor:<text>`` on the step), else ``session.metadata["anchors"]``, else None. Keys start with
+    ``env:``, so metrics can tell them from observation hashes (``ids:``)."""
+    named = [r.name[len(ANCHOR_PREFIX):] for r in session.rewards
+             if r.step_index == step.index and r.name.startswith(ANCHOR_PREFIX)]
+    if len(set(named)) > 1:
+        raise ValueError(f"step {step.index} of session {session.id} has {len(set(named))} different anchors: "
+                         f"{sorted(set(named))[:3]}")
+    if named:
+        return "env:" + named[0]
+    from_metadata = metadata_anchor(session, step)
+    return None if from_metadata is None else "env:" + from_metadata
+
+
 @dataclass(slots=True)
 class BatchConfig:
     layout: Layout = "per_step"
     max_length: int | None = None  # prompt + response tokens of one row
     truncation: Truncation = "split"
     skip_statuses: tuple[str, ...] = ("running",)  # sessions still being collected are not trained on
-    anchor_fn: AnchorFn | None = None  # GiGPO anchors; None (or a None result) = hash of observation ids
+    # GiGPO anchors: the environment's (env_anchor); a None result (or anchor_fn None) = hash of observation ids
+    anchor_fn: AnchorFn | None = env_anchor
     reward_config: RewardConfig | None = None  # used when build_rows is given no rewards
 
     def __post_init__(self) -> None:
@@ -211,7 +233,9 @@ def _prepare(session: SessionRecord, step: StepRecord, cfg: BatchConfig, metrics
             metrics["steps_action_truncated"] += 1
             metrics["tokens_truncated"] += len(action) - room
             action, logprobs, truncated = action[:room], logprobs[:room], True
-    anchor = (cfg.anchor_fn(session, step) if cfg.anchor_fn else None) or observation_anchor(step.observation_ids)
+    named = cfg.anchor_fn(session, step) if cfg.anchor_fn else None
+    metrics["steps_env_anchor"] += named is not None
+    anchor = named or observation_anchor(step.observation_ids)
     return _Step(step, action, logprobs, has_logprobs, truncated, anchor)
 
 

@@ -83,12 +83,44 @@ class StoreSelection(_Strict):
     created_before: str | None = None
 
 
+class JudgeConfig(_Strict):
+    """An LLM judge as a reward function (agentr1.trainer.judge): the rubric prompt goes to ``model`` at
+    ``base_url`` (a second agentr1 gateway, or any OpenAI-compatible endpoint); the reply's
+    ``SCORE: <n>`` line, n in [0, max_score], is the reward (scaled to [0, 1], times ``weight``)."""
+
+    base_url: str  # e.g. http://127.0.0.1:8001/v1
+    model: str = "judge"
+    api_key: str | None = None
+    name: str = "judge"  # the reward's name in the store
+    mode: Literal["outcome", "process"] = "outcome"  # one score per session, or one per trainable step
+    rubric: str | None = None  # a template with {task} {reference} {answer} {max_score} {step}; None: the default
+    max_score: float = Field(10.0, gt=0)
+    weight: float = 1.0
+    temperature: float = 0.0
+    max_tokens: int = Field(32, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    max_calls: int | None = Field(None, ge=0)  # judge calls per run (cache hits are free); None: no limit
+    over_budget: Literal["error", "skip"] = "error"  # past max_calls: stop the run, or leave sessions unscored
+
+    @model_validator(mode="after")
+    def _rubric(self) -> JudgeConfig:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"reward.judge.base_url must be an http(s) URL, got {self.base_url!r}")
+        if self.rubric is not None:
+            from agentr1.trainer.judge import check_rubric
+
+            check_rubric(self.rubric)
+        return self
+
+
 class RewardSection(_Strict):
     """Environment reward functions ``module:function(session, task) -> float | {step_index: float}``;
-    their results are stored as rewards (source "environment") next to those the agent reported."""
+    their results are stored as rewards (source "environment") next to those the agent reported.
+    ``judge``: an LLM judge's score as a reward too (source "judge")."""
 
     functions: list[str] = Field(default_factory=list)
     outcome_placement: Literal["last", "spread"] = "last"  # the outcome on the last step, or spread over all
+    judge: JudgeConfig | None = None
 
 
 class DistillConfig(_Strict):
@@ -116,6 +148,9 @@ class AlgorithmConfig(_Strict):
     norm_adv_by_std_in_grpo: bool = True
     gigpo_step_weight: float = 1.0
     layout: Literal["merged", "per_step"] = "merged"
+    # a task group with a failed member (agentr1.trainer.groups): drop it, or run the missing samples again
+    incomplete_groups: Literal["drop", "resample"] = "drop"
+    resample_attempts: int = Field(1, ge=1)  # rounds of resampling before an incomplete group is dropped
     distill: DistillConfig | None = None  # on-policy distillation from a teacher (agentr1.trainer.distill)
 
 
@@ -130,6 +165,8 @@ class RolloutConfig(_Strict):
     top_p: float = 1.0
     max_concurrency: int = 16
     max_staleness: int = 0  # train on sessions at most this many policy versions old
+    # steps sampled at another temperature / top_p than above (agentr1.trainer.groups.check_sampling)
+    sampling_check: Literal["error", "warn", "off"] = "error"
     name: Literal["local", "sglang", "vllm"] = "local"
     urls: list[str] = Field(default_factory=list)  # running servers' base URLs (name sglang or vllm)
     launch: bool = False  # name sglang: start the servers here for actor_rollout_ref.model
@@ -192,6 +229,19 @@ class ActorConfig(_Strict):
     max_length: int = 4096
 
 
+class CriticOptimConfig(_Strict):
+    lr: float = 1e-5
+    lr_warmup_steps: int = Field(0, ge=0)  # linear learning-rate warm-up of the critic's optimizer
+
+
+class CriticSection(_Strict):
+    """The value model of the estimators that need one (gae, steppo); verl's ``critic.*`` names.
+    Initialised from the policy model with a new value head."""
+
+    optim: CriticOptimConfig = Field(default_factory=CriticOptimConfig)
+    cliprange_value: float = 0.5
+
+
 class ActorRolloutRefConfig(_Strict):
     model: str = "smollm2"
     actor: ActorConfig = Field(default_factory=ActorConfig)
@@ -206,6 +256,7 @@ class TrainerSection(_Strict):
     device: str = "auto"
     resume: bool = True
     seed: int = 0
+    critic_warmup: int = Field(0, ge=0)  # verl's name: the first N steps train only the critic (gae, steppo)
     mode: Literal["sync", "async"] = "sync"  # async: rollouts continue during updates (agentr1.trainer.async_loop)
     # ray: verl's FSDP workers as Ray actors (agentr1.trainer.engine.ray_engine, docs/scale-out.md)
     engine: Literal["local", "ray"] = "local"
@@ -222,6 +273,7 @@ class JobConfig(_Strict):
     reward: RewardSection = Field(default_factory=RewardSection)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     actor_rollout_ref: ActorRolloutRefConfig = Field(default_factory=ActorRolloutRefConfig)
+    critic: CriticSection = Field(default_factory=CriticSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     offline: StoreSelection | None = None  # set: train on stored sessions instead of rolling out
 

@@ -26,8 +26,9 @@ from agentr1.trainer.distill import build_distiller
 from agentr1.trainer.offline import OfflineSource
 from agentr1.trainer.rewards import RewardConfig, SessionRewards
 from agentr1.trainer.rollout import AgentRunner, collect
-from agentr1.trainer.scoring import score_sessions
-from agentr1.trainer.tasks import TaskSampler, load_callable, load_tasks
+from agentr1.trainer.groups import GroupCompleter
+from agentr1.trainer.scoring import build_reward_fns, score_sessions
+from agentr1.trainer.tasks import TaskSampler, load_tasks
 from agentr1.trainer.tracking import Tracker
 
 log = logging.getLogger("agentr1.trainer")
@@ -70,7 +71,8 @@ class Trainer:
             self.store.abandon_stale(dt.datetime.now(dt.UTC), run_id=self.state.run_id)
         self.store.ensure_run(self.state.run_id, cfg.run_name)
         self.reward_config = RewardConfig(outcome_placement=cfg.reward.outcome_placement)
-        self.reward_fns = {spec: load_callable(spec) for spec in cfg.reward.functions}
+        self.reward_fns = build_reward_fns(cfg.reward, self.store, self.state.run_id)  # functions (+ judge)
+        self.groups = GroupCompleter(cfg)  # failed members: incomplete groups dropped or resampled
         if cfg.offline is not None:  # train on stored sessions: no serving, no rollouts, no evaluation
             # the selection as of the run's first start, so the resumed cursor points at the same groups
             self.state.offline_as_of = self.state.offline_as_of or dt.datetime.now(dt.UTC).isoformat()
@@ -130,7 +132,8 @@ class Trainer:
         batch = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
                                                       max_length=self.config.actor_rollout_ref.actor.max_length),
                            rewards=data.rewards)
-        metrics = {**data.metrics, **{f"batch/{k}": float(v) for k, v in batch.metrics.items()}}
+        metrics = {**data.metrics, **self.groups.take_metrics(),
+                   **{f"batch/{k}": float(v) for k, v in batch.metrics.items()}}
         if not batch.rows:
             return metrics
         # 4. advantages (values from the critic when the estimator needs them; a teacher's when distilling)
@@ -143,7 +146,8 @@ class Trainer:
             metrics.update(await asyncio.to_thread(self.distiller.apply, batch.rows))
         # 5. update the policy (and the critic) through verl
         temperature = self.config.actor_rollout_ref.rollout.temperature
-        metrics.update(await asyncio.to_thread(self.engine.update, batch.rows, temperature=temperature))
+        if self.state.step >= self.config.trainer.critic_warmup:  # the first critic_warmup steps: critic only
+            metrics.update(await asyncio.to_thread(self.engine.update, batch.rows, temperature=temperature))
         if self.engine.critic is not None:
             metrics.update(await asyncio.to_thread(self.engine.update_critic, batch.rows))
         # 6. weights to the serving backend: later steps record the new policy version
@@ -177,13 +181,13 @@ class Trainer:
         for error in report.errors:
             log.warning("rollout failure: %s", error)
         sessions, rewards = await asyncio.to_thread(self._score, report.sessions, {t["id"]: t for t in tasks})
+        sessions, rewards = await self.groups.complete(self, {t["id"]: t for t in tasks}, sessions, rewards, step=step)
         min_version = self.state.policy_version - rollout.max_staleness
         fresh = [s for s in sessions if s.status == "finished" and s.policy_version >= min_version]
         outcomes = [rewards[s.id].outcome for s in fresh]
         return StepData(fresh, {s.id: rewards[s.id] for s in fresh}, {
             "rollout/sessions": float(len(report.sessions)), "rollout/failed": float(report.failed),
-            "rollout/timed_out": float(report.timed_out), "rollout/stale": float(len(sessions) - len(fresh)
-                                                                                  - report.failed),
+            "rollout/timed_out": float(report.timed_out), "rollout/stale": float(len(sessions) - len(fresh)),
             "rollout/seconds": report.seconds,
             "reward/mean": sum(outcomes) / len(outcomes) if outcomes else 0.0,
             "success/train": sum(o > 0 for o in outcomes) / len(outcomes) if outcomes else 0.0,
@@ -235,6 +239,8 @@ def engine_config(cfg: JobConfig) -> Any:
         ppo_micro_batch_size_per_gpu=actor.ppo_micro_batch_size_per_gpu or None,
         ppo_max_token_len_per_gpu=actor.ppo_max_token_len_per_gpu, device=cfg.trainer.device,
         critic=get_adv_estimator(cfg.algorithm.adv_estimator).needs_values, seed=cfg.trainer.seed,
+        critic_lr=cfg.critic.optim.lr, critic_warmup_steps=cfg.critic.optim.lr_warmup_steps,
+        cliprange_value=cfg.critic.cliprange_value,
         # sessions sampled by an older policy (stored, or in flight during an async update): IS weights
         rollout_is="token" if cfg.offline is not None or cfg.trainer.mode == "async" else None,
     )

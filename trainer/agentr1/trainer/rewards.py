@@ -89,6 +89,7 @@ class SessionRewards:
     outcome: float  # the trajectory-level scalar: weighted session outcome + float-valued functions
     components: dict[str, dict[int, float]] = field(default_factory=dict)  # source -> step index -> value
     has_outcome: bool = True  # False when the session had no outcome reward and no function gave one
+    failures: dict[str, str] = field(default_factory=dict)  # source -> why it could not score (never a silent 0)
 
     @property
     def total(self) -> float:

@@ -35,7 +35,10 @@ def compute_advantages(rows: list[TrainRow], config: AdvantageConfig | None = No
         _check_finite(f"advantages from {spec.name!r}", advantages)
         _check_finite(f"returns from {spec.name!r}", returns)
     scatter_advantages(rows, batch, advantages, returns)
-    return _metrics(batch, advantages)
+    metrics = _metrics(batch, advantages)
+    if spec.metrics is not None:
+        metrics.update(spec.metrics(batch))
+    return metrics
 
 
 def _check_finite(what: str, x: torch.Tensor) -> None:

@@ -3,8 +3,8 @@
 - Episode level: the trajectory return R(tau) normalised within its task group: verl's GRPO,
   given to every action token of the trajectory.
 - Step level: steps of the task group's trajectories that share an anchor state (the same anchor
-  key: by default a hash of the step's exact observation ids, or a normalised observation text the
-  environment gives) form a step group; each step's discounted return
+  key: the state the environment named for the step, ``env:...``, see ``agentr1.sdk.anchor``; by
+  default a hash of the step's exact observation ids, ``ids:...``) form a step group; each step's discounted return
   G_t = r_t + gamma * G_{t+1} is normalised within its step group, again by verl's GRPO, and
   broadcast over the step's action tokens. A step alone in its anchor group gets step advantage 0
   (the paper's formula: nothing to compare with; verl-agent's code instead keeps the raw return).
@@ -26,7 +26,7 @@ from agentr1.trainer.algorithms.steps import broadcast_steps, num_steps, step_su
 from agentr1.trainer.algorithms.trajectories import TrajectoryBatch
 from agentr1.trainer.algorithms.verl_estimators import core_algos
 
-__all__ = ["anchor_groups", "compute_gigpo_advantage", "discounted_step_returns"]
+__all__ = ["anchor_groups", "compute_gigpo_advantage", "discounted_step_returns", "step_group_metrics"]
 
 
 def discounted_step_returns(step_rewards: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -93,7 +93,28 @@ def compute_gigpo_advantage(
     return advantages, advantages
 
 
-@register_adv_est("gigpo", level="step", source="agentr1")
+ENV_ANCHOR_PREFIX = "env:"  # anchor keys the environment named (agentr1.trainer.batch.env_anchor)
+
+
+def step_group_metrics(batch: TrajectoryBatch) -> dict[str, float]:
+    """GiGPO's step groups in a batch: how many formed (more than one step shares a task group and an
+    anchor), how many of those from anchors the environment named, and the steps they hold."""
+    groups: dict[tuple[object, object], int] = defaultdict(int)
+    for t, anchors in enumerate(batch.anchors):
+        for key in anchors:
+            groups[(batch.index[t], key)] += 1
+    formed = {k: n for k, n in groups.items() if n > 1}
+    env = {k: n for k, n in formed.items() if str(k[1]).startswith(ENV_ANCHOR_PREFIX)}
+    return {
+        "gigpo/step_groups": float(len(formed)),
+        "gigpo/step_groups_env": float(len(env)),
+        "gigpo/steps_grouped": float(sum(formed.values())),
+        "gigpo/steps_grouped_env": float(sum(env.values())),
+        "gigpo/steps_env_anchor": float(sum(str(k).startswith(ENV_ANCHOR_PREFIX) for a in batch.anchors for k in a)),
+    }
+
+
+@register_adv_est("gigpo", level="step", source="agentr1", metrics=step_group_metrics)
 def gigpo(batch: TrajectoryBatch, cfg: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:
     return compute_gigpo_advantage(batch.token_level_rewards, batch.response_mask, batch.index, batch.step_ids,
                                    batch.anchors, gamma=cfg.gamma, step_advantage_w=cfg.step_advantage_w,

@@ -16,9 +16,10 @@ import torch
 from agentr1.trainer.algorithms.config import AdvantageConfig
 from agentr1.trainer.algorithms.trajectories import TrajectoryBatch
 
-__all__ = ["EstimatorFn", "EstimatorSpec", "get_adv_estimator", "list_adv_estimators", "register_adv_est"]
+__all__ = ["EstimatorFn", "EstimatorSpec", "MetricsFn", "get_adv_estimator", "list_adv_estimators", "register_adv_est"]
 
 EstimatorFn = Callable[[TrajectoryBatch, AdvantageConfig], tuple[torch.Tensor, torch.Tensor]]
+MetricsFn = Callable[[TrajectoryBatch], dict[str, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,17 +29,18 @@ class EstimatorSpec:
     needs_values: bool = False  # needs critic values on the rows (TrainRow.values)
     level: str = "trajectory"  # "trajectory", "token" or "step": the granularity of the credit
     source: str = "verl"  # "verl" (dispatches to verl.trainer.ppo.core_algos) or "agentr1"
+    metrics: MetricsFn | None = None  # estimator-specific metrics of a batch (e.g. GiGPO's step groups)
 
 
 _REGISTRY: dict[str, EstimatorSpec] = {}
 
 
 def register_adv_est(name: str, *, needs_values: bool = False, level: str = "trajectory",
-                     source: str = "verl") -> Callable[[EstimatorFn], EstimatorFn]:
+                     source: str = "verl", metrics: MetricsFn | None = None) -> Callable[[EstimatorFn], EstimatorFn]:
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"advantage estimator {name!r} is already registered: {_REGISTRY[name].fn!r}")
-        _REGISTRY[name] = EstimatorSpec(name, fn, needs_values, level, source)
+        _REGISTRY[name] = EstimatorSpec(name, fn, needs_values, level, source, metrics)
         return fn
 
     return decorator

@@ -1,0 +1,167 @@
+"""Task groups after a rollout: failed members never become zero rewards, incomplete groups are
+completed or dropped, and what the agent sampled with is checked against the job.
+
+A session is *usable* when it finished and every reward source scored it (a judge that could not
+parse its own answer, or ran out of budget, leaves a reward failure, see ``agentr1.trainer.judge``).
+Every other member of a group is a failure, counted by kind (``failures/<kind>``: the kind the SDK
+recorded in the session's error, ``agentr1.sdk.failures``: timeout, backend, environment,
+cancelled, agent; ``judge`` for reward failures). A failed session is never trained: not as a
+zero reward, not at all.
+
+A group with a failed member would give GRPO-style baselines fewer samples than the others, and a
+biased set of them (the ones that did not hit the broken tool). ``algorithm.incomplete_groups``:
+
+- ``drop``: the whole group leaves the batch (``groups/dropped``);
+- ``resample``: the missing samples are run again, in the same group, up to
+  ``algorithm.resample_attempts`` rounds; a group still incomplete after that is dropped.
+
+Sampling (``actor_rollout_ref.rollout.sampling_check``): the update recomputes log-probs at
+``rollout.temperature``; a step the agent sampled at another temperature or ``top_p`` (the gateway
+records the request's sampling parameters with every step) would be trained with wrong ratios, so
+by default it is an error (:class:`SamplingMismatch`) naming the step and both values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any
+
+from agentr1.sdk import FAILURE_KINDS, INFRASTRUCTURE_KINDS, failure_kind_of_error
+from agentr1.store import SessionRecord
+from agentr1.trainer.rewards import SessionRewards
+from agentr1.trainer.rollout import RolloutReport
+
+if TYPE_CHECKING:
+    from agentr1.trainer.config import JobConfig
+    from agentr1.trainer.loop import Trainer
+
+__all__ = ["GroupCompleter", "SamplingMismatch", "check_sampling", "failure_of"]
+
+log = logging.getLogger("agentr1.trainer.groups")
+
+_KINDS = (*FAILURE_KINDS, "judge", "unknown")
+
+
+class SamplingMismatch(ValueError):
+    """A step was sampled with other sampling parameters than the job's ``rollout`` settings."""
+
+
+def failure_of(session: SessionRecord, rewards: SessionRewards | None) -> str | None:
+    """Why ``session`` cannot be trained on (a failure kind), or None when it can."""
+    if session.status != "finished":
+        return failure_kind_of_error(session.error) or ("timeout" if "timed out" in (session.error or "")
+                                                         else "unknown")
+    if rewards is not None and rewards.failures:
+        return "judge"
+    return None
+
+
+def check_sampling(session: SessionRecord, temperature: float, top_p: float) -> str | None:
+    """Why the session's trainable steps do not match the job's sampling settings, or None."""
+    for step in session.steps:
+        if not step.trainable or not step.sampling:
+            continue
+        for key, want in (("temperature", temperature), ("top_p", top_p)):
+            got = step.sampling.get(key)
+            if got is not None and abs(float(got) - want) > 1e-6:
+                return (f"step {step.index} of session {session.id} was sampled with {key}={got}, but "
+                        f"actor_rollout_ref.rollout.{key} is {want}: the update would compute log-probs of "
+                        f"another distribution. Make the agent send {key}={want} (or set rollout.{key} to "
+                        f"what the agent uses), or set actor_rollout_ref.rollout.sampling_check to warn/off")
+    return None
+
+
+class GroupCompleter:
+    """Applies ``algorithm.incomplete_groups`` to the scored sessions of a rollout; counts as it goes."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.policy = config.algorithm.incomplete_groups
+        self.attempts = config.algorithm.resample_attempts
+        rollout = config.actor_rollout_ref.rollout
+        self.temperature, self.top_p, self.sampling_check = rollout.temperature, rollout.top_p, rollout.sampling_check
+        self.counts: Counter[str] = Counter()
+        self.reporters: list[Any] = []  # reward sources with their own counters (the judge)
+
+    def take_metrics(self) -> dict[str, float]:
+        """The counts since the last call (then reset): groups kept/dropped/resampled, failures by kind."""
+        counts, self.counts = self.counts, Counter()
+        metrics = {f"failures/{k}": float(counts[f"failures/{k}"]) for k in _KINDS}
+        metrics["failures/infrastructure"] = float(sum(counts[f"failures/{k}"] for k in INFRASTRUCTURE_KINDS))
+        for key in ("groups/complete", "groups/incomplete", "groups/dropped", "groups/resampled",
+                    "groups/completed_by_resampling", "groups/resampled_sessions", "sampling/mismatched_sessions"):
+            metrics[key] = float(counts[key])
+        for reporter in self.reporters:
+            metrics.update(reporter.take_metrics())
+        return metrics
+
+    async def complete(self, trainer: Trainer, tasks: dict[str, dict[str, Any]], sessions: list[SessionRecord],
+                       rewards: dict[str, SessionRewards], *, step: int
+                       ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
+        """The usable sessions of the complete groups (resampled where configured), and their rewards."""
+        self.reporters = [fn for fn in trainer.reward_fns.values() if hasattr(fn, "take_metrics")]
+        groups: dict[str, list[SessionRecord]] = defaultdict(list)
+        for s in sessions:
+            groups[s.group_id or s.id].append(s)
+        kept: list[SessionRecord] = []
+        for group_id, members in groups.items():
+            usable = self._usable(members, rewards)
+            missing = len(members) - len(usable)
+            if missing and self.policy == "resample":
+                self.counts["groups/resampled"] += 1
+                usable += await self._resample(trainer, tasks, members[0], group_id, missing, rewards, step=step)
+            self.counts["groups/incomplete" if missing else "groups/complete"] += 1
+            if len(usable) == len(members):
+                self.counts["groups/completed_by_resampling"] += bool(missing)
+                kept += usable
+            else:
+                self.counts["groups/dropped"] += 1
+                log.info("dropped group %s: %d of %d samples usable", group_id, len(usable), len(members))
+        return kept, {s.id: rewards[s.id] for s in kept}
+
+    def _usable(self, members: list[SessionRecord], rewards: dict[str, SessionRewards]) -> list[SessionRecord]:
+        usable = []
+        for s in members:
+            kind = failure_of(s, rewards.get(s.id))
+            if kind is not None:
+                self.counts[f"failures/{kind}"] += 1
+                continue
+            self._check(s)
+            usable.append(s)
+        return usable
+
+    def _check(self, session: SessionRecord) -> None:
+        if self.sampling_check == "off":
+            return
+        problem = check_sampling(session, self.temperature, self.top_p)
+        if problem is None:
+            return
+        self.counts["sampling/mismatched_sessions"] += 1
+        if self.sampling_check == "error":
+            raise SamplingMismatch(problem)
+        log.warning("%s", problem)
+
+    async def _resample(self, trainer: Trainer, tasks: dict[str, dict[str, Any]], first: SessionRecord,
+                        group_id: str, missing: int, rewards: dict[str, SessionRewards], *, step: int
+                        ) -> list[SessionRecord]:
+        """Up to ``attempts`` rounds of new samples for the ``missing`` ones; the usable ones found."""
+        task = tasks.get(first.task_id or "")
+        if task is None or trainer.runner is None:
+            return []
+        found: list[SessionRecord] = []
+        sample = int(first.metadata.get("sample", 0)) + 1000  # resamples are told apart in the metadata
+        for _ in range(self.attempts):
+            need = missing - len(found)
+            if need <= 0:
+                break
+            report = RolloutReport()
+            await asyncio.gather(*(trainer.runner.run(task, run_id=trainer.state.run_id, group_id=group_id,
+                                                      sample=sample + k, step=step, report=report)
+                                   for k in range(need)))
+            sample += need
+            self.counts["groups/resampled_sessions"] += len(report.sessions)
+            scored, new_rewards = await asyncio.to_thread(trainer._score, report.sessions, tasks)
+            rewards.update(new_rewards)
+            found += self._usable(scored, rewards)
+        return found[:missing]
