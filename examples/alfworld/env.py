@@ -60,20 +60,28 @@ class AlfworldEnv(AgentEnv):
 
     def __init__(self, task: dict[str, Any], *, gamefile: str | None = None, keep_last_turns: int = 3,
                  invalid_penalty: float = 0.1, success_reward: float = 1.0) -> None:
-        if not isinstance(keep_last_turns, int) or keep_last_turns < 0:
-            raise ValueError(f"keep_last_turns must be a non-negative int, got {keep_last_turns!r}")
         chosen = gamefile or task.get("gamefile")
         if not chosen:
             raise ValueError(f"task {task.get('id', '?')!r}: AlfworldEnv needs a `gamefile` (env_kwargs or task)")
-        self.task, self.tools = task, []
         self.gamefile = resolve_gamefile(chosen)
+        self._configure(task, keep_last_turns, invalid_penalty, success_reward)
+
+    def _configure(self, task: dict[str, Any], keep_last_turns: int, invalid_penalty: float,
+                   success_reward: float) -> None:
+        if not isinstance(keep_last_turns, int) or keep_last_turns < 0:
+            raise ValueError(f"keep_last_turns must be a non-negative int, got {keep_last_turns!r}")
+        self.task, self.tools = task, []
         self.keep_last_turns, self.invalid_penalty, self.success_reward = keep_last_turns, invalid_penalty, success_reward
         self.game: AlfredGame | None = None
         self.intro = ""
         self.turns: list[tuple[dict[str, Any], str]] = []  # (the model's message, the game's answer)
 
+    def load_game(self) -> AlfredGame:
+        """A fresh game for the episode (from the game file here; generated games build theirs)."""
+        return AlfredGame.load(self.gamefile)
+
     async def reset(self) -> list[dict[str, Any]]:
-        self.game = AlfredGame.load(self.gamefile)
+        self.game = self.load_game()
         self.intro, self.turns = self.game.intro(), []
         return self.observation()
 

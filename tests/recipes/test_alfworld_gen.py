@@ -1,0 +1,245 @@
+"""Generated ALFWorld games: deterministic by seed, inside the shipped domain, train and held-out games
+disjoint by fingerprint, both experts winning every game, the environment and rows, and the
+demonstrations replayed through a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+
+import pytest
+from examples.alfworld.data import DATA_DIR, load_index
+from examples.alfworld.env import AlfworldEnv
+from examples.alfworld.game import INVALID, AlfredGame
+from examples.alfworld.generated.data import ENV, MAX_STEPS, make_tasks
+from examples.alfworld.generated.domain import ABILITIES, load_domain
+from examples.alfworld.generated.env import GeneratedAlfworldEnv
+from examples.alfworld.generated.expert import EXPERTS, ExpertError, expert_commands
+from examples.alfworld.generated.generator import (
+    TASK_TYPES,
+    fingerprint,
+    generate_game,
+    split_of,
+)
+from examples.alfworld.pddl import Problem, parse_problem
+
+VAL_SEED = 1_000_003  # the seed agentr1's task loader gives the "val" split (data.seed 0)
+
+
+def _games(n: int, size: str = "small", start: int = 0):
+    return [generate_game(start + s, TASK_TYPES[s % len(TASK_TYPES)], size) for s in range(n)]
+
+
+def test_the_domain_is_read_from_the_shipped_games():
+    domain = load_domain()
+    assert sorted(domain.rooms) == ["bathroom", "bedroom", "kitchen", "livingroom"]
+    assert domain.has("appletype", "heatable") and domain.has("desklamptype", "toggleable")
+    assert not domain.has("desklamptype", "pickupable") and domain.openable >= {"fridgetype", "microwavetype"}
+    assert ("fridgetype", "appletype") in domain.can_contain and domain.rooms["kitchen"].receptacles["cabinettype"] == 6
+
+
+def test_games_are_deterministic_by_seed_and_differ_across_seeds():
+    a, b = generate_game(11, "pick_heat_then_place_in_recep"), generate_game(11, "pick_heat_then_place_in_recep")
+    assert a.problem_text == b.problem_text and a.task == b.task and a.fingerprint == b.fingerprint
+    prints = [g.fingerprint for g in _games(120)]
+    assert len(set(prints)) == 120  # 120 seeds, 120 different games
+    with pytest.raises(ValueError, match="unknown task type"):
+        generate_game(1, "juggle")
+    with pytest.raises(ValueError, match="unknown size"):
+        generate_game(1, size="huge")
+    with pytest.raises(TypeError, match="seed must be an int"):
+        generate_game("1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("task_type", TASK_TYPES)
+def test_each_task_type_makes_games_of_the_shipped_domain_whose_goal_is_open_at_start(task_type):
+    domain = load_domain()
+    rooms = set()
+    for seed in range(25):
+        generated = generate_game(seed, task_type)
+        game, problem = generated.game(), generated.problem
+        rooms.add(generated.room)
+        assert not game.won(), generated.task
+        assert generated.goal.otype.removesuffix("type") in generated.task
+        room = domain.rooms[generated.room]
+        otype = {f[1]: f[2] for f in problem.init if f[0] == "objecttype"}
+        rtype = {f[1]: f[2] for f in problem.init if f[0] == "receptacletype"}
+        for fact in problem.init:  # every fact is one the shipped games state about these types
+            if fact[0] == "inreceptacle":
+                assert (otype[fact[1]], rtype[fact[2]]) in room.placements
+            elif fact[0] == "cancontain":
+                assert (fact[1], fact[2]) in domain.can_contain
+            elif fact[0] == "openable":
+                assert rtype[fact[1]] in domain.openable
+        for o, kind in otype.items():
+            assert {a for a in ABILITIES if (a, o) in problem.init} == set(domain.abilities.get(kind, ()))
+        assert Counter(rtype.values()) <= Counter(room.receptacles)  # no more of a type than the room has
+    if task_type in ("pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"):
+        assert rooms == {"kitchen"}
+    if task_type == "look_at_obj_in_light":
+        assert rooms == {"bedroom"}
+    if task_type in ("pick_and_place_simple", "pick_two_obj_and_place"):
+        assert len(rooms) >= 3
+
+
+def _renamed(problem: Problem, seed: int) -> Problem:
+    """The same game with other identifiers for its objects and its facts in another order."""
+    objects = sorted(n for n, t in problem.objects.items() if t == "object")
+    new = {n: f"thing{random.Random(seed).randint(0, 10**6)}_{i}" for i, n in enumerate(objects)}
+    facts = [tuple(new.get(a, a) for a in f) for f in problem.init]
+    random.Random(seed).shuffle(facts)
+    return Problem(objects={new.get(n, n): t for n, t in problem.objects.items()}, init=set(facts), goal=problem.goal)
+
+
+def test_the_fingerprint_is_the_game_not_its_identifiers():
+    generated = generate_game(3, "pick_and_place_simple")
+    problem = generated.problem
+    assert fingerprint(_renamed(problem, 1)) == generated.fingerprint
+    # moving one object to another receptacle, or another goal, is another game
+    (o, r) = next((f[1], f[2]) for f in problem.init if f[0] == "inreceptacle")
+    other_r = next(f[1] for f in problem.init if f[0] == "receptacletype" and f[1] != r)
+    moved = {f for f in problem.init if f != ("inreceptacle", o, r)} | {("inreceptacle", o, other_r)}
+    assert fingerprint(Problem(problem.objects, moved, problem.goal)) != generated.fingerprint
+    goal = parse_problem(generate_game(3, "pick_two_obj_and_place").problem_text).goal
+    assert fingerprint(Problem(problem.objects, problem.init, goal)) != generated.fingerprint
+
+
+def test_train_and_held_out_games_share_no_game():
+    train = make_tasks("train", 1200, 0)
+    held_out = make_tasks("val", 200, VAL_SEED) + make_tasks("val", 100, 5)
+    # recompute each game's fingerprint from its seed: the rows' recorded ids and fingerprints are not trusted
+    def prints(rows):
+        return [generate_game(r["env_kwargs"]["game_seed"], r["task_type"], r["env_kwargs"]["size"]).fingerprint
+                for r in rows]
+
+    train_prints, held_prints = prints(train), prints(held_out[:200])
+    assert len(set(train_prints)) == len(train) and len(set(held_prints)) == 200  # no repeats within a split
+    assert not set(train_prints) & set(prints(held_out))
+    assert all(split_of(p) == "train" for p in train_prints) and all(split_of(p) == "val" for p in held_prints)
+    assert [r["env_kwargs"]["fingerprint"] for r in train] == train_prints
+    # another training seed gives other training games, still none held out
+    more = prints(make_tasks("train", 300, 1))
+    assert not set(more) & set(prints(held_out)) and len(set(more) - set(train_prints)) > 250
+    # nor is any of the 36 shipped games
+    shipped = {fingerprint(AlfredGame.load(DATA_DIR / g["gamefile"]).problem) for g in load_index()}
+    assert len(shipped) == 36 and not shipped & (set(train_prints) | set(held_prints))
+
+
+@pytest.mark.parametrize("kind", EXPERTS)
+def test_the_expert_wins_every_one_of_200_generated_games(kind):
+    lengths = []
+    for generated in _games(200, start=5000):
+        commands = expert_commands(generated, kind)
+        game = generated.game()
+        outcomes = [game.step(c) for c in commands]  # replayed on a fresh game, independently of the expert
+        assert all(o.valid for o in outcomes), (generated.seed, commands)
+        assert [o.won for o in outcomes] == [False] * (len(commands) - 1) + [True], (generated.seed, commands)
+        lengths.append(len(commands))
+    assert max(lengths) < MAX_STEPS  # the rows' step budget fits every expert episode
+    assert 4 <= sum(lengths) / len(lengths) <= 12
+
+
+def test_the_experts_win_larger_rooms_too():
+    for generated in _games(36, size="medium", start=900) + _games(18, size="large", start=77):
+        for kind in EXPERTS:
+            commands = expert_commands(generated, kind)
+            game = generated.game()
+            assert [game.step(c).won for c in commands][-1], (generated.seed, kind)
+
+
+def test_the_search_expert_looks_before_it_takes():
+    for generated in _games(60):
+        search, oracle = expert_commands(generated, "search"), expert_commands(generated, "oracle")
+        game = generated.game()
+        first = next(r for r in game.receptacles if game.type_of[r] != generated.goal.rtype)  # not where it goes
+        assert search[0] == f"go to {game.names[first]}"  # nothing seen yet: the first receptacle the room lists
+        assert len(search) >= len(oracle)
+    with pytest.raises(ValueError, match="unknown expert"):
+        expert_commands(generated, "psychic")
+    with pytest.raises(ExpertError, match="already holds"):
+        from examples.alfworld.generated.expert import _Player
+
+        player = _Player(generated.game())
+        for command in oracle:
+            player.do(command)
+        player.do("look")
+
+
+def test_a_generated_game_is_a_game_file_the_shipped_engine_plays(tmp_path):
+    generated = generate_game(21, "pick_cool_then_place_in_recep")
+    generated.walkthrough = expert_commands(generated)
+    path = generated.write(tmp_path / "g" / "game.tw-pddl")
+    data = json.loads(path.read_text())
+    assert "(define (domain alfred)" in data["pddl_domain"] and data["walkthrough"] == generated.walkthrough
+    game = AlfredGame.load(path)
+    assert game.task == generated.task and game.intro() == generated.game().intro()
+    assert [game.step(c).won for c in generated.walkthrough][-1]
+
+    async def play() -> bool:
+        env = AlfworldEnv({"id": "file"}, gamefile=str(path))
+        await env.reset()
+        for command in generated.walkthrough:
+            result = await env.step({"role": "assistant", "content": command})
+        return result.done
+
+    assert asyncio.run(play())
+
+
+def test_the_environment_on_a_generated_row():
+    row = make_tasks("val", 1, VAL_SEED)[0]
+    kwargs = {k: v for k, v in row["env_kwargs"].items() if k not in ("max_steps", "sampling")}
+    generated = generate_game(kwargs["game_seed"], kwargs["task_type"], kwargs["size"])
+
+    async def play() -> None:
+        env = GeneratedAlfworldEnv(row, **kwargs, keep_last_turns=2)
+        first = await env.reset()
+        assert first[1]["content"].endswith("help, inventory, look") and f"Your task is to: {generated.task}" in first[1]["content"]
+        bad = await env.step({"role": "assistant", "content": "fly to the moon"})
+        assert (bad.reward, bad.done, bad.info["feedback"]) == (-0.1, False, INVALID)
+        commands = expert_commands(generated, "search")
+        for command in commands:
+            result = await env.step({"role": "assistant", "content": f"Action: {command}"})
+        assert (result.reward, result.done, result.info["won"]) == (0.0, True, True)
+
+    asyncio.run(play())
+    with pytest.raises(ValueError, match="make the rows again"):
+        GeneratedAlfworldEnv(row, **{**kwargs, "fingerprint": "0" * 64})
+    with pytest.raises(ValueError, match="unknown task type"):
+        GeneratedAlfworldEnv(row, **{**kwargs, "task_type": "dance"})
+
+
+def test_rows_registry_and_bad_arguments():
+    from agentr1.envs import resolve
+
+    rows = make_tasks("val", 12, VAL_SEED)
+    assert [r["task_type"] for r in rows[:6]] == list(TASK_TYPES) and [r["task_type"] for r in rows[6:]] == list(TASK_TYPES)
+    assert all(r["agent_name"] == ENV and r["env_kwargs"]["max_steps"] == MAX_STEPS for r in rows)
+    assert resolve(ENV) is GeneratedAlfworldEnv and resolve("alfworld_generated") is GeneratedAlfworldEnv
+    assert make_tasks("val", 12, VAL_SEED) == rows  # the held-out set is fixed by its seed
+    with pytest.raises(ValueError, match="split must be"):
+        make_tasks("test", 3, 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        make_tasks("train", -1, 0)
+
+
+def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path):
+    from examples.alfworld.generated.sft_demos import demonstrations
+
+    from agentr1.store import TraceStore
+    from agentr1.trainer.sft import SFTData, select_demonstrations
+    from agentr1.trainer.sft.replay import replay_demonstrations
+
+    demos = demonstrations(4)
+    held_out = {r["id"] for r in make_tasks("val", 64, VAL_SEED)}
+    assert not {d.task_id for d in demos} & held_out
+    db = str(tmp_path / "traces.db")
+    report = replay_demonstrations(demos, model=tiny_model_path, db=db, run_id="alfgen-demos")
+    assert (report.finished, report.failed) == (4, 0), report.errors
+    with TraceStore.open(db) as store:
+        sessions = [store.get_session(s.id) for s in store.list_sessions("alfgen-demos")]
+        assert sorted(len(s.steps) for s in sessions) == sorted(len(d.actions) for d in demos)
+        won = select_demonstrations(store, SFTData(db=db, run_ids=["alfgen-demos"], min_reward=1.0)).sessions
+        assert len(won) == 4  # every demonstration won its game
+        assert {s.steps[0].action["content"] for s in sessions} <= {d.actions[0]["content"] for d in demos}
