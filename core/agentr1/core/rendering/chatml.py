@@ -14,9 +14,7 @@ from typing import Any
 
 from agentr1.core.rendering.base import (
     Message,
-    ParsedAction,
     RenderError,
-    TextRenderer,
     Tool,
     TurnClose,
     arguments_text,
@@ -25,7 +23,7 @@ from agentr1.core.rendering.base import (
     tool_call_function,
     tool_functions,
 )
-from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes, tools_block
+from agentr1.core.rendering.hermes import HermesTextRenderer, hermes_prefill, tools_block
 
 __all__ = ["SMOLLM2_DEFAULT_SYSTEM", "ChatMLRenderer"]
 
@@ -33,7 +31,7 @@ SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained b
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
 
-class ChatMLRenderer(TextRenderer):
+class ChatMLRenderer(HermesTextRenderer):
     """ChatML + hermes tools. ``default_system`` is used when the conversation has no system
     message (SmolLM2's template inserts one); None renders no system turn then (unless tools)."""
 
@@ -120,14 +118,6 @@ class ChatMLRenderer(TextRenderer):
         new = normalize_messages(messages[n_history:])
         return self._encode("\n" + self._turns_text(new) + f"{IM_START}assistant\n{prefill}")
 
-    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None) -> ParsedAction:
-        close = self.close_turn(action_ids)
-        body = list(action_ids[: close.kept])
-        finished = bool(body) and body[-1] in self.end_of_turn_ids
-        if finished:
-            body = body[:-1]
-        text = prefill + self.tokenizer.decode(body, skip_special_tokens=False)
-        return parse_hermes(text, id_seed=id_seed, finished=finished)
 
     def tool_choice_prefill(self, tools: Sequence[Tool] | None, tool_choice: Any) -> str:
         return hermes_prefill(tools, tool_choice)

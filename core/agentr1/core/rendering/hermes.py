@@ -19,11 +19,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.core.rendering.base import ParsedAction, Tool, new_call_id, tool_choice_name
+from agentr1.core.rendering.base import ParsedAction, TextRenderer, Tool, new_call_id, tool_choice_name
 
 __all__ = [
     "TOOLS_FOOTER",
     "TOOLS_HEADER",
+    "HermesTextRenderer",
     "hermes_prefill",
     "parse_hermes",
     "split_reasoning",
@@ -133,3 +134,18 @@ def parse_hermes(text: str, *, id_seed: str | None = None, finished: bool = True
     content = None if tool_calls and not text_left else text_left
     return ParsedAction(content=content, tool_calls=tool_calls, reasoning=reasoning,
                         invalid_tool_calls=invalid, finished=finished)
+
+
+class HermesTextRenderer(TextRenderer):
+    """A text-first renderer whose completions are parsed as hermes-style text: the sampled ids up to
+    the end of the turn are decoded (after any prefill) and handed to :func:`parse_hermes`."""
+
+    end_of_turn_ids: tuple[int, ...]
+
+    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None) -> ParsedAction:
+        body = list(action_ids[: self.close_turn(action_ids).kept])  # type: ignore[attr-defined]
+        finished = bool(body) and body[-1] in self.end_of_turn_ids
+        if finished:
+            body = body[:-1]
+        text = prefill + self.tokenizer.decode(body, skip_special_tokens=False)
+        return parse_hermes(text, id_seed=id_seed, finished=finished)

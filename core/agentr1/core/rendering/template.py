@@ -20,23 +20,21 @@ from typing import Any
 
 from agentr1.core.rendering.base import (
     Message,
-    ParsedAction,
     RenderError,
-    TextRenderer,
     Tool,
     TurnClose,
     template_messages,
     tool_choice_name,
     tool_functions,
 )
-from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes
+from agentr1.core.rendering.hermes import HermesTextRenderer, hermes_prefill
 
 __all__ = ["ChatTemplateRenderer"]
 
 _PROBE_USER, _PROBE_REPLY = "Probe question 7?", "Probe answer 7."
 
 
-class ChatTemplateRenderer(TextRenderer):
+class ChatTemplateRenderer(HermesTextRenderer):
     """Renders through ``tokenizer.apply_chat_template``; ``chat_template`` overrides the tokenizer's."""
 
     def __init__(self, tokenizer: Any, *, chat_template: str | None = None) -> None:
@@ -107,13 +105,6 @@ class ChatTemplateRenderer(TextRenderer):
             return None  # the turn does not end with the close token, or the history is re-rendered
         return self._encode(trailer + full[len(base):])
 
-    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None) -> ParsedAction:
-        body = list(action_ids[: self.close_turn(action_ids).kept])
-        finished = bool(body) and body[-1] in self.end_of_turn_ids
-        if finished:
-            body = body[:-1]
-        text = prefill + self.tokenizer.decode(body, skip_special_tokens=False)
-        return parse_hermes(text, id_seed=id_seed, finished=finished)
 
     def tool_choice_prefill(self, tools: Sequence[Tool] | None, tool_choice: Any) -> str:
         if self.hermes:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -163,3 +163,20 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             yield json.loads(data)
 
 
+
+
+async def stream_events(client: httpx.AsyncClient, url: str, body: dict[str, Any], what: str, *,
+                        error_status: Callable[[Any], int]) -> AsyncIterator[dict[str, Any]]:
+    """POST ``body`` to ``url`` and yield the events of its SSE answer. An error status is raised as
+    :func:`check` raises it; an in-band ``{"error": ...}`` event as a BackendError whose status
+    ``error_status(error)`` gives. Transport errors propagate as httpx errors."""
+    async with client.stream("POST", url, json=body) as response:
+        if response.status_code >= 400:
+            await response.aread()
+            check(response, what)
+        async for event in sse_events(response):
+            if "error" in event:
+                error = event["error"]
+                message = error.get("message") if isinstance(error, dict) else error
+                raise BackendError(f"{what}: {message}", status_code=error_status(error))
+            yield event

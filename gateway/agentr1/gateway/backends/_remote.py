@@ -215,27 +215,14 @@ class RemoteBase:
     # -- attempts -------------------------------------------------------------------------
 
     async def _attempts(self, key: str | None, call: Callable[[Server, int], Awaitable[T]]) -> T:
-        """Run ``call(server, attempt)`` until it succeeds or the attempts run out (module docstring)."""
-        failed, delay = None, 0.0
-        for attempt in range(self.retries + 1):
-            server = await self._next_server(key, failed, delay)
-            server.in_flight += 1
-            try:
-                result = await call(server, attempt)
-            except MALFORMED as exc:
-                raise self._malformed(server, exc) from exc
-            except Retry as exc:
-                delay = self._note_failure(server, exc, attempt)
-                failed = server
-                if attempt == self.retries:
-                    raise exc.error from None
-                continue
-            finally:
-                server.in_flight -= 1
-            self.pool.mark_up(server)
-            server.served += 1
-            return result
-        raise AssertionError("unreachable")
+        """Run ``call(server, attempt)`` until it succeeds or the attempts run out (module docstring):
+        a stream of one item, so both kinds of call share one retry policy."""
+
+        async def once(server: Server, attempt: int) -> AsyncGenerator[T, None]:
+            yield await call(server, attempt)
+
+        results = [result async for result in self._stream_attempts(key, once)]  # to the end: bookkeeping
+        return results[0]
 
     async def _stream_attempts(self, key: str | None,
                                call: Callable[[Server, int], AsyncGenerator[T, None]]) -> AsyncIterator[T]:

@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from ._http import Retry, Server, check, sse_events, transport_error
+from ._http import Retry, Server, check, stream_events, transport_error
 from ._remote import RemoteBase, TokenOutput
 from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
@@ -177,22 +177,15 @@ class SGLangBackend(RemoteBase):
         out = _Output(request.sampling.top_logprobs)
         body = self.payload(request, stream=True, attempt=attempt)
         try:
-            async with self.client.stream("POST", server.url + "/generate", json=body) as r:
-                if r.status_code >= 400:
-                    await r.aread()
-                    check(r, f"SGLang {server.url}")
-                async for event in sse_events(r):
-                    if "error" in event:
-                        error = event["error"]
-                        message = error.get("message") if isinstance(error, dict) else error
-                        raise BackendError(f"SGLang {server.url}: {message}", status_code=400)
-                    new_ids, new_lps = out.add(event)
-                    meta = event.get("meta_info") or {}
-                    if meta.get("finish_reason") is not None:
-                        yield StreamDelta(new_ids, new_lps, result=self._result(out, meta, request))
-                        return
-                    if new_ids:
-                        yield StreamDelta(new_ids, new_lps)
+            async for event in stream_events(self.client, server.url + "/generate", body, f"SGLang {server.url}",
+                                             error_status=lambda error: 400):
+                new_ids, new_lps = out.add(event)
+                meta = event.get("meta_info") or {}
+                if meta.get("finish_reason") is not None:
+                    yield StreamDelta(new_ids, new_lps, result=self._result(out, meta, request))
+                    return
+                if new_ids:
+                    yield StreamDelta(new_ids, new_lps)
         except httpx.HTTPError as exc:
             raise transport_error(exc, server, self.timeout) from exc
         raise Retry(BackendError(f"SGLang {server.url} ended the stream before the generation finished"),

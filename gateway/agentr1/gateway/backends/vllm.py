@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 import httpx
 
-from ._http import Retry, Server, check, error_message, sse_events, transport_error
+from ._http import Retry, Server, check, error_message, stream_events, transport_error
 from ._remote import RemoteBase, TokenOutput
 from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
@@ -146,24 +146,15 @@ class VLLMBackend(RemoteBase):
         final: dict[str, Any] | None = None
         prompt_tokens = None
         try:
-            async with self.client.stream("POST", server.url + "/v1/completions", json=body) as r:
-                if r.status_code >= 400:
-                    await r.aread()
-                    check(r, f"vLLM {server.url}")
-                async for event in sse_events(r):
-                    if "error" in event:
-                        error = event["error"]
-                        status = error.get("code") if isinstance(error, dict) else None
-                        message = error.get("message") if isinstance(error, dict) else error
-                        raise BackendError(f"vLLM {server.url}: {message}",
-                                           status_code=400 if status == 400 else 502)
-                    prompt_tokens = (event.get("usage") or {}).get("prompt_tokens", prompt_tokens)
-                    for choice in event.get("choices") or []:
-                        new_ids, new_lps = out.add(choice)
-                        if choice.get("finish_reason") is not None:
-                            final = choice
-                        if new_ids:
-                            yield StreamDelta(new_ids, new_lps)
+            async for event in stream_events(self.client, server.url + "/v1/completions", body, f"vLLM {server.url}",
+                                             error_status=_stream_error_status):
+                prompt_tokens = (event.get("usage") or {}).get("prompt_tokens", prompt_tokens)
+                for choice in event.get("choices") or []:
+                    new_ids, new_lps = out.add(choice)
+                    if choice.get("finish_reason") is not None:
+                        final = choice
+                    if new_ids:
+                        yield StreamDelta(new_ids, new_lps)
         except httpx.HTTPError as exc:
             raise transport_error(exc, server, self.timeout) from exc
         if final is None:
@@ -255,3 +246,8 @@ class VLLMBackend(RemoteBase):
             answers = await self._broadcast("/wake_up" if self.pause_mode == "sleep" else "/resume")
             self._log_failures("resume", answers)
         self._paused = False
+
+
+def _stream_error_status(error: Any) -> int:
+    """vLLM's in-band stream errors carry the HTTP code they stand for: 400 is the caller's fault."""
+    return 400 if isinstance(error, dict) and error.get("code") == 400 else 502
