@@ -1,24 +1,48 @@
 """The gateway: an OpenAI-compatible HTTP server in front of a backend that records every call as a step.
 
 This is the part's public API; other parts import from here or from :mod:`agentr1.gateway.backends`,
-never from the modules inside (``tests/test_architecture.py`` checks it).
+never from the modules inside (``tests/test_architecture.py`` checks it). Names are imported on
+first use, so ``from agentr1.gateway import GatewaySettings`` (the CLI's flags) stays light.
 """
 
-from agentr1.gateway.app import create_app
-from agentr1.gateway.context import ContextPolicyError, build_policy
-from agentr1.gateway.errors import APIError, install_error_handlers
-from agentr1.gateway.server import BackgroundServer, free_port
-from agentr1.gateway.settings import GatewaySettings
-from agentr1.gateway.tracing import configure_otlp
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentr1.gateway.app import create_app
+    from agentr1.gateway.context import ContextPolicyError, build_policy
+    from agentr1.gateway.embedded import EmbeddedGateway
+    from agentr1.gateway.errors import APIError, install_error_handlers
+    from agentr1.gateway.server import BackgroundServer, free_port, uvicorn_options
+    from agentr1.gateway.settings import BackendName, GatewaySettings
+    from agentr1.gateway.tracing import configure_otlp
 
 __all__ = [
     "APIError",
+    "BackendName",
     "BackgroundServer",
     "ContextPolicyError",
+    "EmbeddedGateway",
     "GatewaySettings",
     "build_policy",
     "configure_otlp",
     "create_app",
     "free_port",
     "install_error_handlers",
+    "uvicorn_options",
 ]
+
+_MODULES = {"APIError": "errors", "BackendName": "settings", "BackgroundServer": "server",
+            "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings",
+            "build_policy": "context", "configure_otlp": "tracing", "create_app": "app", "free_port": "server",
+            "install_error_handlers": "errors", "uvicorn_options": "server"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        value = getattr(importlib.import_module(f"agentr1.gateway.{_MODULES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

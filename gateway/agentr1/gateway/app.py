@@ -1,4 +1,7 @@
-"""The gateway application: `create_app(settings, *, store=None, backend=None)`."""
+"""The gateway application: `create_app(settings, *, store=None, backend=None)`.
+
+To serve it in this process (a trainer, an evaluation, a notebook), use
+:class:`agentr1.gateway.EmbeddedGateway`; `agentr1 gateway` runs it under uvicorn."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentr1.gateway.auth import KeyConcurrencyLimit
 from agentr1.gateway.backends.base import Backend
+from agentr1.gateway.backends.factory import build_backend
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicies, Summarizer, backend_summarizer, build_policy
 from agentr1.gateway.errors import error_body, install_error_handlers
@@ -25,19 +29,6 @@ from agentr1.gateway.writer import StepWriter
 from agentr1.store import TraceStore
 
 log = logging.getLogger("agentr1.gateway")
-
-
-def _default_backend(settings: GatewaySettings) -> Backend:
-    if settings.backend != "local":
-        from agentr1.gateway.backends.factory import remote_backend
-
-        return remote_backend(settings)
-    from agentr1.core import resolve_model
-    from agentr1.gateway.backends.local import LocalBackend
-
-    path = resolve_model(settings.model)
-    return LocalBackend(path, device=settings.device, max_batch_size=settings.max_batch_size,
-                        model_name=settings.served_model_name)
 
 
 def _default_renderer(settings: GatewaySettings, backend: Backend) -> Any:
@@ -57,9 +48,13 @@ def create_app(
     backend: Backend | None = None,
     renderer: Any = None,
     summarizer: Summarizer | None = None,
+    owns_backend: bool | None = None,
 ) -> FastAPI:
-    """``summarizer`` (``async (messages) -> str``) writes the ``summary`` context policy's summaries;
-    default: the gateway's own backend (:func:`agentr1.gateway.context.backend_summarizer`)."""
+    """``backend``: default :func:`~agentr1.gateway.backends.build_backend` of ``settings``. The app
+    starts the backend on its event loop and, when it owns it (``owns_backend``; default: it built
+    it), closes it there on shutdown. ``summarizer`` (``async (messages) -> str``) writes the
+    ``summary`` context policy's summaries; default: the gateway's own backend
+    (:func:`agentr1.gateway.context.backend_summarizer`)."""
     settings = settings or GatewaySettings()
     build_policy(settings.context_policy)  # a bad --context-policy fails here, before a model loads
     metrics = Metrics()
@@ -68,7 +63,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_store = store is None
         trace_store = store or TraceStore.open(settings.db, migrate=True)
-        model_backend = backend or _default_backend(settings)
+        model_backend = backend or build_backend(settings)
         await model_backend.start()
         writer = StepWriter(trace_store, batch_size=settings.write_batch_size,
                             interval_s=settings.write_interval_ms / 1000)
@@ -95,7 +90,7 @@ def create_app(
             if sweeper is not None:
                 sweeper.cancel()
             await writer.close()
-            if backend is None:
+            if owns_backend or (owns_backend is None and backend is None):
                 await model_backend.close()
             if own_store:
                 trace_store.close()

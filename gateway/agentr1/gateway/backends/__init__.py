@@ -21,9 +21,10 @@ from .base import (
     StreamDelta,
     TokenLogprob,
 )
+from .factory import build_backend
 
 if TYPE_CHECKING:
-    from .launcher import LaunchError, LaunchSpec, SGLangLauncher, parse_command
+    from .launcher import LaunchError, LaunchSpec, SGLangLauncher, launch_servers, parse_command
     from .litellm_backend import LiteLLMBackend
     from .local import LocalBackend
     from .scripted import ScriptedBackend
@@ -49,12 +50,15 @@ __all__ = [
     "StreamDelta",
     "TokenLogprob",
     "VLLMBackend",
+    "build_backend",
+    "launch_servers",
     "parse_command",
 ]
 
 _LAZY = {"LocalBackend": ".local", "SGLangBackend": ".sglang", "VLLMBackend": ".vllm",
          "LiteLLMBackend": ".litellm_backend", "ScriptedBackend": ".scripted", "LaunchError": ".launcher",
-         "LaunchSpec": ".launcher", "SGLangLauncher": ".launcher", "parse_command": ".launcher"}
+         "LaunchSpec": ".launcher", "SGLangLauncher": ".launcher", "launch_servers": ".launcher",
+         "parse_command": ".launcher"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,18 +1,38 @@
-"""The backend that ``agentr1 gateway --backend sglang|vllm|litellm --backend-url URL`` asks for
-(``GatewaySettings.backend`` and ``backend_urls``); the local backend is built in ``app.py``."""
+"""The one place a backend is built from settings: :func:`build_backend` (``GatewaySettings.backend``
+and ``backend_urls``). ``agentr1 gateway``, the embedded gateway (:class:`agentr1.gateway.
+EmbeddedGateway`: the trainer, ``agentr1 eval``) and the benchmarks all come here."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = ["remote_backend"]
+from .base import Backend
+
+if TYPE_CHECKING:
+    from agentr1.gateway.settings import GatewaySettings
+
+__all__ = ["build_backend"]
 
 
-def remote_backend(settings: Any) -> Any:
-    """A SGLang / vLLM backend on ``settings.backend_urls``, rendering with the tokenizer of
-    ``settings.model`` (a local HF directory of the served model, or ``smollm2``); or a LiteLLM
-    backend for the external model ``settings.model`` (``backend_urls[0]``, if any, is its api_base)."""
+def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Backend:
+    """The backend ``settings`` select, not started yet:
+
+    - ``local``: the embedded engine on ``settings.model`` (``device``, ``max_batch_size``), serving
+      ``policy_version`` until weights arrive;
+    - ``sglang`` / ``vllm``: the servers at ``backend_urls``, rendering with the tokenizer of
+      ``settings.model`` (a local HF directory of the served model, or ``smollm2``); they report
+      their own policy version;
+    - ``litellm``: the external model ``settings.model`` (``backend_urls[0]``, if any, is its api_base).
+    """
+    from agentr1.core import resolve_model
+
     urls = list(settings.backend_urls)
+    if settings.backend == "local":
+        from .local import LocalBackend
+
+        return LocalBackend(resolve_model(settings.model), device=settings.device,
+                            max_batch_size=settings.max_batch_size, model_name=settings.served_model_name,
+                            policy_version=policy_version)
     if settings.backend == "litellm":
         from .litellm_backend import LiteLLMBackend
 
@@ -22,8 +42,6 @@ def remote_backend(settings: Any) -> Any:
         raise ValueError(f"unknown backend {settings.backend!r}: local, sglang, vllm or litellm")
     if not urls:
         raise ValueError(f"the {settings.backend} backend needs the servers' addresses (--backend-url URL)")
-    from agentr1.core import resolve_model
-
     tokenizer = str(resolve_model(settings.model))
     if settings.backend == "sglang":
         from .sglang import SGLangBackend

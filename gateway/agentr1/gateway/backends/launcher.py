@@ -40,10 +40,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
-__all__ = ["DEFAULT_COMMAND", "LaunchError", "LaunchSpec", "SGLangLauncher"]
+if TYPE_CHECKING:
+    from agentr1.gateway.settings import GatewaySettings
+
+__all__ = ["DEFAULT_COMMAND", "LaunchError", "LaunchSpec", "SGLangLauncher", "launch_servers", "parse_command"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,24 @@ class LaunchSpec:
 def parse_command(text: str | None) -> tuple[str, ...]:
     """``--launch-command`` / ``AGENTR1_SGLANG_LAUNCH_COMMAND`` as argv (shell quoting); default SGLang's."""
     return tuple(shlex.split(text)) if text and text.strip() else DEFAULT_COMMAND
+
+
+def launch_servers(settings: GatewaySettings, *, on_give_up: Callable[[LaunchError], None] | None = None
+                   ) -> SGLangLauncher:
+    """Start the SGLang servers ``settings.launch_*`` describe for ``settings.model`` and wait until they
+    are healthy (``agentr1 gateway --launch`` and the trainer's ``rollout.launch`` both come here).
+    Raises :class:`LaunchError` (a server failed) or ``ValueError`` (a bad option)."""
+    from agentr1.core import resolve_model
+
+    if settings.backend != "sglang":
+        raise ValueError(f"launch starts SGLang servers: it needs backend sglang, not {settings.backend!r}")
+    spec = LaunchSpec(model_path=str(resolve_model(settings.model)), servers=settings.launch_servers,
+                      base_port=settings.launch_port, extra_args=shlex.split(settings.launch_args),
+                      command=parse_command(settings.launch_command), log_dir=settings.launch_log_dir,
+                      startup_timeout_s=settings.launch_timeout_s)
+    launcher = SGLangLauncher(spec, on_give_up=on_give_up)
+    launcher.start()
+    return launcher
 
 
 class _Server:

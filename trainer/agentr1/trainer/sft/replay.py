@@ -3,7 +3,7 @@
 A demonstration is an :class:`agentr1.envs.AgentEnv` (fresh) and the expert's assistant turns for
 its episode (a walkthrough shipped with the environment, a hand-written solution). The replay runs
 the environment's own driver, :class:`agentr1.envs.AgentEnvLoop`, with the real openai client
-through a real gateway whose :class:`~agentr1.gateway.backends.scripted.ScriptedBackend` answers
+through a real (embedded) gateway whose :class:`~agentr1.gateway.backends.ScriptedBackend` answers
 each call with the next expert turn as the policy's tokens (teacher forcing). The environment sees
 the message the gateway parsed from those tokens — what the policy would have said — and reports
 its rewards on the steps, as in RL rollouts. The session's outcome is the episode's return, so
@@ -54,7 +54,7 @@ def replay_demonstrations(demos: Iterable[Demonstration], *, model: str | os.Pat
     weights are loaded); the sessions land in run ``run_id`` of the store at ``db``."""
     from agentr1.core import resolve_model
     from agentr1.core.rendering import load_renderer
-    from agentr1.gateway import BackgroundServer, GatewaySettings, create_app
+    from agentr1.gateway import EmbeddedGateway, GatewaySettings
     from agentr1.gateway.backends import ScriptedBackend
     from agentr1.sdk import configure
     from agentr1.store import TraceStore
@@ -64,11 +64,10 @@ def replay_demonstrations(demos: Iterable[Demonstration], *, model: str | os.Pat
     backend = ScriptedBackend(renderer, model_name="policy", max_context=1 << 20)
     report = ReplayReport(run_id)
     store = TraceStore.open(db)
-    app = create_app(GatewaySettings(db=db, accept_any_model=True, default_run=run_id), store=store,
-                     backend=backend, renderer=renderer)
     try:
-        with BackgroundServer(app) as url:
-            configure(url)
+        with EmbeddedGateway(GatewaySettings(db=db, accept_any_model=True, default_run=run_id), store=store,
+                             backend=backend, renderer=renderer) as gateway:
+            configure(gateway.url)
             asyncio.run(_replay_all(demos, backend, report, max_tokens))
     finally:
         store.close()
