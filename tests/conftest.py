@@ -29,6 +29,15 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_vlm_path() -> Path:
+    """A tiny random Idefics3 (SmolVLM's architecture) with the SmolLM2 tokenizer + image tokens and its
+    real processor classes; built once (a few seconds), then cached like the converted SmolLM2."""
+    from agentr1.core import ensure_tiny_vlm
+
+    return ensure_tiny_vlm()
+
+
+@pytest.fixture(scope="session")
 def scripted_gateway(smollm2_path: Path):
     """``with scripted_gateway(db_path, reply) as (url, store)``: a real gateway (uvicorn) whose
     instant backend answers ``reply(prompt_text)`` with SmolLM2's real tokenizer and renderer, the

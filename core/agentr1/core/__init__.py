@@ -13,5 +13,16 @@ from agentr1.core.models import (
     models_cache_dir,
     resolve_model,
 )
+from agentr1.core.vision_models import build_tiny_random_vlm, ensure_tiny_vlm, is_vlm_dir, load_vlm_processor
 
-__all__ = ["build_tiny_random_model", "ensure_smollm2", "ensure_tiny_model", "models_cache_dir", "resolve_model"]
+__all__ = [
+    "build_tiny_random_model",
+    "build_tiny_random_vlm",
+    "ensure_smollm2",
+    "ensure_tiny_model",
+    "ensure_tiny_vlm",
+    "is_vlm_dir",
+    "load_vlm_processor",
+    "models_cache_dir",
+    "resolve_model",
+]

@@ -32,6 +32,7 @@ from agentr1.core.rendering.base import (
     content_text,
     decoded_arguments,
 )
+from agentr1.core.rendering.images import image_identity, is_image_part
 
 __all__ = ["PreviousTurn", "PromptPlan", "canonical_message", "canonical_tools", "plan_prompt", "same_messages"]
 
@@ -73,11 +74,22 @@ class PromptPlan:
     reason: str = "new"
 
 
+def _canonical_part(part: Any) -> Any:
+    if is_image_part(part):
+        try:  # by content: a data URL, an Anthropic base64 block and the stored reference are one image
+            return {"image": image_identity(part)}
+        except RenderError:
+            return part
+    if isinstance(part, dict) and part.get("type", "text") in ("text", "input_text", "output_text"):
+        return {"text": str(part.get("text") or "")}
+    return part
+
+
 def _canonical_content(content: Any) -> Any:
     try:
         return content_text(content)
-    except RenderError:  # images and other parts: compared as they are
-        return content
+    except RenderError:  # images and other parts: compared part by part, images by content hash
+        return [_canonical_part(p) for p in content] if isinstance(content, list) else content
 
 
 def _canonical_arguments(arguments: Any) -> Any:

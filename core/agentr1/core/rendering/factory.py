@@ -10,9 +10,11 @@ from typing import Any, Literal
 from agentr1.core.rendering.adapter import RenderersAdapter
 from agentr1.core.rendering.base import Message, Renderer, RenderError
 from agentr1.core.rendering.chatml import IM_END, IM_START, ChatMLRenderer
+from agentr1.core.rendering.images import ImagePolicy, RefResolver
 from agentr1.core.rendering.template import ChatTemplateRenderer
+from agentr1.core.rendering.vision import VisionRenderer
 
-__all__ = ["RendererKind", "create_renderer", "load_renderer"]
+__all__ = ["RendererKind", "create_renderer", "load_renderer", "load_vision_renderer"]
 
 RendererKind = Literal["auto", "chatml", "template", "renderers"]
 
@@ -86,11 +88,28 @@ def create_renderer(tokenizer: Any, kind: RendererKind = "auto", **options: Any)
 
 
 def load_renderer(tokenizer_or_path: Any, kind: RendererKind = "auto", **options: Any) -> Renderer:
-    """A renderer from a tokenizer or a local HF model directory (never downloads)."""
+    """A renderer from a tokenizer or a local HF model directory (never downloads). A directory that
+    holds a vision-language model gets a :class:`VisionRenderer` (default image policy)."""
     tokenizer = tokenizer_or_path
     if isinstance(tokenizer_or_path, str | os.PathLike):
+        from agentr1.core.vision_models import is_vlm_dir
+
+        if is_vlm_dir(tokenizer_or_path):
+            return load_vision_renderer(tokenizer_or_path, kind, **options)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_or_path))
     return create_renderer(tokenizer, kind, **options)
+
+
+def load_vision_renderer(path: str | os.PathLike[str], kind: RendererKind = "auto", *,
+                         policy: ImagePolicy | None = None, resolve_ref: RefResolver | None = None,
+                         **options: Any) -> VisionRenderer:
+    """A :class:`VisionRenderer` for the vision-language model in a local directory: its processor, and
+    the text renderer ``kind`` picks for the processor's tokenizer."""
+    from agentr1.core.vision_models import load_vlm_processor
+
+    processor: Any = load_vlm_processor(path)
+    return VisionRenderer(create_renderer(processor.tokenizer, kind, **options), processor, policy=policy,
+                          resolve_ref=resolve_ref)
