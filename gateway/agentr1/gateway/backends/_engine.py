@@ -1,11 +1,23 @@
-"""The batch the local engine decodes: continuous batching over a HF causal LM with a KV cache.
+"""The batch the local engine decodes: continuous batching over a HF causal LM with a slot KV cache.
 
-Runs on the engine's worker thread only. Rows share one left-padded KV cache
-([batch, heads, time, dim] per layer) and a 2-D attention mask; every row has its own position
-ids, sampling parameters and random generator. New requests are prefilled together as their own
-left-padded batch and then joined to the running batch at a step boundary (both caches are
-left-padded to a common length and concatenated); finished rows leave the batch at once and their
-results are delivered right away. Leading columns that no row uses any more are trimmed.
+Runs on the engine's worker thread only. Every request owns one slot of a :class:`~._slot_cache.
+SlotCache` for its whole life and keeps its tokens at their own positions there, so a decode step
+is one forward of one token per slot (slots ``0..B-1``; on a GPU replayed from a CUDA graph, see
+:mod:`._graphs`), sampled for all rows at once on the device (:mod:`._sampling`) with one transfer
+to the host per step. New requests are prefilled between decode steps and join the running batch;
+finished ones leave it at once and their results are delivered right away.
+
+Prefix reuse: prompts are prefilled in chunks aligned to multiples of :data:`CHUNK` positions, and
+a finished request's slot stays as an idle entry of a :class:`~._prefix.PrefixIndex` holding the
+full chunks of its prompt. A later prompt that starts with those ids (the next turn of an agent
+session, a resample) takes the slot and prefills from the first chunk it does not share, so
+``GenerateResult.cached_tokens`` of its prompt tokens come from the cache. In ``exact`` mode (the
+default on the CPU) every prefill forward is one chunk of :data:`CHUNK` queries per row over
+exactly the positions up to the chunk's end, grouped by chunk, so a chunk's keys and values are
+the same bits however the prompt reached it: with and without reuse the sampled ids and
+log-probabilities are identical. On a GPU (``exact=False``) longer segments are prefilled per
+forward and reuse is exact up to float rounding. Keys and values of decoded tokens are not reused:
+the next turn prefills them again (once).
 """
 
 from __future__ import annotations
@@ -15,13 +27,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
-from transformers import DynamicCache
 
-from ._sampling import Sampled, make_generator, sample_next
+from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
+from ._prefix import MIN_REUSE, PrefixIndex
+from ._sampling import Sampled, SamplingBatch, row_key, sample_batch, to_host
+from ._slot_cache import SlotCache
 from .base import BackendError, FinishReason, GenerateResult, SamplingParams, TokenLogprob
 
+__all__ = ["CHUNK", "BatchEngine", "EngineStats", "Row", "Sink", "end_token_ids", "pad_token_id"]
+
 log = logging.getLogger(__name__)
+
+CHUNK = 16  # prefill chunk grid; reused prefixes end on it (16 rows keep CPU matmuls row-invariant)
+CPU_LENGTH_STEP = 64
 
 
 class Sink(Protocol):
@@ -42,7 +60,6 @@ class Row:
     sampling: SamplingParams
     sink: Sink
     request_id: str = ""
-    generator: torch.Generator | None = None
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[TokenLogprob]] | None = None
@@ -50,6 +67,9 @@ class Row:
     cancelled: bool = False  # set from the asyncio side when the caller went away
     finish_reason: FinishReason | None = None
     matched_stop: str | int | None = None
+    slot: int = -1  # its slot of the KV cache while in flight
+    cached: int = 0  # prompt tokens served from a reused prefix
+    key: int = 0  # random key of its sampler
 
     def __post_init__(self) -> None:
         if self.sampling.top_logprobs > 0:
@@ -67,12 +87,19 @@ class EngineStats:
     """Counters of the worker; tests and /metrics read them."""
 
     forward_passes: int = 0
-    prefill_passes: int = 0
+    prefill_passes: int = 0  # admissions of new rows (each may run several chunked forwards)
     decode_steps: int = 0
     max_batch_rows: int = 0
     requests_finished: int = 0
     requests_failed: int = 0
     tokens_generated: int = 0
+    prefill_tokens: int = 0  # prompt tokens run through the model
+    cached_tokens: int = 0  # prompt tokens served from reused prefixes instead
+    graph_captures: int = 0
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
 
 
 class BatchEngine:
@@ -85,101 +112,289 @@ class BatchEngine:
         decode: Any,
         max_context: int,
         stats: EngineStats,
+        max_batch_size: int = 32,
+        prefix_cache: bool = True,
+        cache_bytes: int | None = None,
+        exact: bool | None = None,
+        cuda_graphs: bool = True,
+        prefill_budget: int | None = None,
     ) -> None:
         self.model = model
-        self.device = next(model.parameters()).device
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        gpu = self.device.type == "cuda"
         self.eos_ids = eos_ids
         self.pad_id = pad_id
         self.decode_text = decode  # ids -> text, special tokens kept
         self.max_context = max_context
         self.stats = stats
         self.policy_version = 0
+        self.max_batch_size = max_batch_size
+        self.prefix_cache = prefix_cache
+        self.exact = (not gpu) if exact is None else exact
+        self.prefill_budget = prefill_budget or (16384 if gpu else 1024)
+        self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
+        self.cache = SlotCache(model.config, self.device, self.dtype)
+        if cache_bytes is None:
+            cache_bytes = (torch.cuda.mem_get_info(self.device)[0] // 4) if gpu else 1 << 30
+        self.cache_bytes = cache_bytes
+        self.max_slots = 2 * max_batch_size  # active rows + as many idle prefixes
+        self.prefixes = PrefixIndex()
         self.rows: list[Row] = []
-        self.cache: DynamicCache | None = None
-        self.mask: torch.Tensor | None = None  # [rows, time] 1 = real token
+        self.slot_rows: list[Row | None] = []
+        self._graphs = DecodeGraphs(self._decode_forward, self._safe_inputs) if gpu and cuda_graphs else None
+        self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
+        self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)
 
     # -- the two kinds of step ------------------------------------------------------------
 
     def prefill(self, rows: list[Row]) -> None:
-        """Prefill new rows as one batch, sample their first token, join the running batch."""
+        """Prefill new rows (reusing cached prefixes), sample their first token, join the batch."""
         rows = [r for r in rows if not r.cancelled]
         if not rows:
             return
         try:
+            self._reserve(rows)
             for row in rows:
-                row.generator = make_generator(row.sampling, self.device)
-            width = max(len(r.prompt_ids) for r in rows)
-            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, row in enumerate(rows):
-                ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids, dtype=torch.long)
-                mask[i, width - len(row.prompt_ids) :] = 1
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
-            cache = DynamicCache()
-            logits = self._forward(ids, mask, positions, cache)
-            self.stats.prefill_passes += 1
-            self._append(rows, sample_next(logits, [r.sampling for r in rows], [r.generator for r in rows]))
+                row.key = row_key(row.sampling)
+                self._claim_slot(row)
+            self._run_prefill(rows)
         except Exception as exc:  # the running batch is untouched: only the newcomers fail
             log.exception("local engine: prefill of %d request(s) failed", len(rows))
+            for row in rows:
+                self._release(row, keep=False)
             self._fail(rows, exc)
             return
-        keep = [i for i, r in enumerate(rows) if r.finish_reason is None]
-        self._finish_done(rows)
-        if keep:
-            self._join([rows[i] for i in keep], _select(cache, keep), mask[keep])
+        self.rows.extend(rows)
+        self._sampling = None
+        self._retire([r for r in rows if r.finish_reason is not None])
 
     def decode(self) -> None:
         """One decode step for every running row."""
-        self._drop([i for i, r in enumerate(self.rows) if r.cancelled])
+        self._retire([r for r in self.rows if r.cancelled], keep=False, deliver=False)
         if not self.rows:
             return
         rows = self.rows
         try:
-            ids = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
-            positions = torch.tensor(
-                [[len(r.prompt_ids) + len(r.output_ids) - 1] for r in rows], dtype=torch.long, device=self.device
-            )
-            assert self.mask is not None and self.cache is not None
-            mask = torch.cat([self.mask, self.mask.new_ones((len(rows), 1))], dim=1)
-            logits = self._forward(ids, mask, positions, self.cache)
-            self.mask = mask
+            top = max(r.slot for r in rows) + 1
+            batch = row_bucket(top, self.cache.slots) if self._graphs is not None else top
+            longest = max(len(r.prompt_ids) + len(r.output_ids) for r in rows)
+            kv_len = min(_round_up(longest, self.length_step), self.cache.scratch)
+            ids, pos, steps = [self.pad_id] * batch, [self.cache.scratch] * batch, [0] * batch
+            for r in rows:
+                ids[r.slot], pos[r.slot] = r.output_ids[-1], len(r.prompt_ids) + len(r.output_ids) - 1
+                steps[r.slot] = len(r.output_ids)
+            if self._graphs is not None and not self._graphs.ready(batch, kv_len):
+                self._graphs.capture(batch, kv_len)
+                self.stats.graph_captures += 1
+            inputs = torch.tensor([ids, pos, steps], dtype=torch.long).to(self.device, non_blocking=True)
+            self._ids[:batch, 0].copy_(inputs[0])
+            self._pos[:batch].copy_(inputs[1])
+            if self._graphs is not None:
+                logits = self._graphs.replay(batch, kv_len)
+            else:
+                logits = self._decode_forward(batch, kv_len)
+            self._count_forward(batch)
             self.stats.decode_steps += 1
-            self._append(rows, sample_next(logits, [r.sampling for r in rows], [r.generator for r in rows]))
+            sampling = self._decode_sampling(batch)
+            sampled = to_host(sample_batch(logits, sampling, inputs[2]), sampling)
+            self._append(rows, [sampled[r.slot] for r in rows])
         except Exception as exc:  # the cache may be half-updated: fail and reset the whole batch
             log.exception("local engine: decode step of %d request(s) failed", len(rows))
             self._fail(rows, exc)
             self.reset()
             return
-        self._finish_done(rows)
-        self._drop([i for i, r in enumerate(rows) if r.finish_reason is not None])
+        self._retire([r for r in rows if r.finish_reason is not None])
 
-    # -- shutdown / failure ---------------------------------------------------------------
+    # -- shutdown / failure / weights -----------------------------------------------------
 
     def abort_all(self) -> None:
         """Finish every running row with ``finish_reason="abort"`` and what it has sampled so far."""
         for row in self.rows:
             row.finish_reason = "abort"
-        self._finish_done(self.rows)
+        self._retire(list(self.rows), keep=False)
         self.reset()
 
     def reset(self) -> None:
-        self.rows, self.cache, self.mask = [], None, None
+        """Forget every row and cached prefix (after a failure)."""
+        self.rows = []
+        self.slot_rows = [None] * self.cache.slots
+        self.prefixes.clear()
+        self._sampling = None
 
-    # -- internals ------------------------------------------------------------------------
+    def forget_prefixes(self) -> None:
+        """Drop the cached prefixes: their keys and values belong to the weights they came from."""
+        self.prefixes.clear()
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.stats.forward_passes += 1
-        self.stats.max_batch_rows = max(self.stats.max_batch_rows, ids.shape[0])
+    # -- slots ----------------------------------------------------------------------------
+
+    def _reserve(self, rows: list[Row]) -> None:
+        """Grow the cache (and re-pack it) when the newcomers need more slots or positions."""
+        everyone = self.rows + rows
+        need = min(max(len(r.prompt_ids) + r.sampling.max_new_tokens for r in everyone), self.max_context)
+        capacity = self.cache.capacity
+        if _round_up(need, LENGTH_STEP) + 1 > capacity:  # grow by half at least, up to the model's context
+            grown = min(_round_up(capacity * 3 // 2, LENGTH_STEP), _round_up(self.max_context, LENGTH_STEP)) + 1
+            capacity = max(_round_up(need, LENGTH_STEP) + 1, grown if capacity else 0)
+        elif len(everyone) <= self.cache.slots:
+            return  # enough slots: free ones or idle prefixes to evict
+        budget = self.cache_bytes // (capacity * self.cache.bytes_per_token)
+        slots = max(len(everyone), min(self.max_slots, max(8, budget)))
+        if capacity == self.cache.capacity:
+            slots = max(slots, self.cache.slots)
+        self._repack(slots, capacity)
+
+    def _repack(self, slots: int, capacity: int) -> None:
+        """Reallocate the cache: running rows first (slots 0..), then idle prefixes, newest first."""
+        moves: dict[int, int] = {}
+        for row in sorted(self.rows, key=lambda r: r.slot):
+            moves[row.slot] = len(moves)
+        idle = list(reversed(self.prefixes.slots()))[: slots - len(moves)]
+        kept = {s: self.prefixes.tokens(s) for s in idle}
+        for slot in idle:
+            moves[slot] = len(moves)
+        self.cache.resize(slots, capacity, moves)
+        self.prefixes.clear()
+        for slot in reversed(idle):
+            self.prefixes.add(moves[slot], kept[slot])
+        for row in self.rows:
+            row.slot = moves[row.slot]
+        self.slot_rows = [None] * slots
+        for row in self.rows:
+            self.slot_rows[row.slot] = row
+        device = self.device
+        self._ids = torch.zeros((slots, 1), dtype=torch.long, device=device)
+        self._pos = torch.zeros(slots, dtype=torch.long, device=device)
+        self._slot_ids = torch.arange(slots, dtype=torch.long, device=device)
+        self._cols = torch.arange(capacity, dtype=torch.long, device=device)
+        self._sampling = None
+        if self._graphs is not None:
+            self._graphs.clear()
+        log.info("local engine: KV cache %d slots x %d positions (%.2f GB)", slots, capacity,
+                 slots * capacity * self.cache.bytes_per_token / 1e9)
+
+    def _claim_slot(self, row: Row) -> None:
+        """Give ``row`` the idle slot with its longest cached prefix, else a free (or the least
+        recently used idle) slot."""
+        reuse, slot = 0, None
+        if self.prefix_cache:
+            best, shared = self.prefixes.longest(row.prompt_ids)
+            reuse = (min(shared, len(row.prompt_ids) - 1) // CHUNK) * CHUNK
+            if best is not None and reuse >= MIN_REUSE:
+                slot = best
+        if slot is None:
+            reuse = 0
+            free = [s for s, r in enumerate(self.slot_rows) if r is None and s not in self.prefixes]
+            slot = free[0] if free else self.prefixes.slots()[0]
+        self.prefixes.remove(slot)
+        row.slot, row.cached = slot, reuse
+        self.slot_rows[slot] = row
+
+    def _release(self, row: Row, *, keep: bool) -> None:
+        """Free ``row``'s slot; with ``keep``, its prompt's full chunks stay there as a prefix."""
+        if row.slot < 0 or row.slot >= len(self.slot_rows) or self.slot_rows[row.slot] is not row:
+            return
+        self.slot_rows[row.slot] = None
+        if keep and self.prefix_cache:
+            self.prefixes.add(row.slot, row.prompt_ids[: (len(row.prompt_ids) // CHUNK) * CHUNK])
+        row.slot = -1
+
+    # -- prefill --------------------------------------------------------------------------
+
+    def _run_prefill(self, rows: list[Row]) -> None:
+        self.stats.prefill_passes += 1  # one per admission, however many chunked forwards it takes
+        cursor = {id(r): r.cached for r in rows}
+        for row in rows:
+            self.stats.cached_tokens += row.cached
+        pending = list(rows)
+        while pending:
+            for segments in self._plan(pending, cursor):
+                finished = [(row, end) for row, _, end in segments if end == len(row.prompt_ids)]
+                logits = self._prefill_forward(segments)
+                for row, start, end in segments:
+                    cursor[id(row)] = end
+                if finished:
+                    index = torch.tensor([i for i, (row, _, end) in enumerate(segments)
+                                          if end == len(row.prompt_ids)], device=self.device)
+                    done = [row for row, _ in finished]
+                    sampling = SamplingBatch([r.sampling for r in done], [r.key for r in done], self.device)
+                    steps = torch.zeros(len(done), dtype=torch.long, device=self.device)
+                    self._append(done, to_host(sample_batch(logits.index_select(0, index), sampling, steps), sampling))
+            pending = [r for r in pending if cursor[id(r)] < len(r.prompt_ids)]
+
+    def _plan(self, rows: list[Row], cursor: dict[int, int]) -> list[list[tuple[Row, int, int]]]:
+        """The next forwards: lists of (row, start, end) segments of the prompts."""
+        if self.exact:  # one chunk per row, rows grouped by chunk
+            groups: dict[int, list[tuple[Row, int, int]]] = {}
+            for row in rows:
+                start = cursor[id(row)]
+                end = min(len(row.prompt_ids), (start // CHUNK + 1) * CHUNK)
+                groups.setdefault(start // CHUNK, []).append((row, start, end))
+            return [groups[k] for k in sorted(groups)]
+        per_row = max(CHUNK, (self.prefill_budget // len(rows)) // CHUNK * CHUNK)
+        segments = []
+        for row in rows:
+            start = cursor[id(row)]
+            segments.append((row, start, min(len(row.prompt_ids), (start // CHUNK) * CHUNK + per_row)))
+        return [segments]
+
+    def _prefill_forward(self, segments: list[tuple[Row, int, int]]) -> torch.Tensor:
+        """One forward over left-padded segments; returns the last position's logits per segment."""
+        width = CHUNK if self.exact else max(end - start for _, start, end in segments)
+        top = max(end for _, _, end in segments)
+        kv_len = _round_up(top, CHUNK) if self.exact else min(_round_up(top, self.length_step), self.cache.scratch)
+        count = len(segments)
+        ids = torch.full((count, width), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((count, width), dtype=torch.long)
+        cols = torch.full((count, width), self.cache.scratch, dtype=torch.long)
+        for i, (row, start, end) in enumerate(segments):
+            n = end - start
+            ids[i, width - n :] = torch.tensor(row.prompt_ids[start:end], dtype=torch.long)
+            pos[i, width - n :] = torch.arange(start, end)
+            cols[i, width - n :] = torch.arange(start, end)
+            self.stats.prefill_tokens += n
+        ids, pos, cols = ids.to(self.device), pos.to(self.device), cols.to(self.device)
+        slots = torch.tensor([[row.slot] for row, _, _ in segments], dtype=torch.long, device=self.device)
+        mask = (self._cols[:kv_len][None, None, :] <= pos[:, :, None])[:, None]  # pad queries see column 0
+        self.cache.begin(slots, cols, kv_len, slots[:, 0])
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        self._count_forward(count)
         return out.logits[:, -1, :]
+
+    # -- decode ---------------------------------------------------------------------------
+
+    def _decode_forward(self, batch: int, kv_len: int) -> torch.Tensor:
+        """The decode step's forward, reading only the static input buffers (CUDA-graph safe)."""
+        pos = self._pos[:batch]
+        mask = (self._cols[:kv_len][None, :] <= pos[:, None])[:, None, None, :]
+        self.cache.begin(self._slot_ids[:batch, None], pos[:, None], kv_len, None)
+        out = self.model(input_ids=self._ids[:batch], position_ids=pos[:, None], attention_mask=mask,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def _safe_inputs(self, batch: int) -> None:
+        """Inputs that make a warm-up forward write only scratch columns."""
+        self._ids[:batch].fill_(self.pad_id)
+        self._pos[:batch].fill_(self.cache.scratch)
+
+    def _decode_sampling(self, batch: int) -> SamplingBatch:
+        layout = [None] * batch
+        for row in self.rows:
+            layout[row.slot] = row
+        signature = tuple(id(r) for r in layout)
+        if self._sampling is None or self._sampling[0] != signature:
+            greedy = SamplingParams(temperature=0.0)
+            params = [r.sampling if r is not None else greedy for r in layout]
+            keys = [r.key if r is not None else 0 for r in layout]
+            self._sampling = (signature, SamplingBatch(params, keys, self.device))
+        return self._sampling[1]
+
+    def _count_forward(self, rows: int) -> None:
+        self.stats.forward_passes += 1
+        self.stats.max_batch_rows = max(self.stats.max_batch_rows, rows)
+
+    # -- tokens and results ---------------------------------------------------------------
 
     def _append(self, rows: list[Row], sampled: list[Sampled]) -> None:
         for row, s in zip(rows, sampled, strict=True):
@@ -210,23 +425,34 @@ class BatchEngine:
         elif len(row.prompt_ids) + len(row.output_ids) >= self.max_context:
             row.finish_reason = "length"
 
-    def _finish_done(self, rows: list[Row]) -> None:
+    def _retire(self, rows: list[Row], *, keep: bool = True, deliver: bool = True) -> None:
+        """Rows leave the batch (their slots become cached prefixes); results go to their sinks."""
+        if not rows:
+            return
+        gone = set(map(id, rows))
+        self.rows = [r for r in self.rows if id(r) not in gone]
+        self._sampling = None
         for row in rows:
-            if row.finish_reason is None:
-                continue
-            self.stats.requests_finished += 1
-            result = GenerateResult(
-                output_ids=list(row.output_ids),
-                logprobs=list(row.logprobs),
-                finish_reason=row.finish_reason,
-                prompt_tokens=len(row.prompt_ids),
-                policy_version=self.policy_version,
-                matched_stop=row.matched_stop,
-                top_logprobs=row.top_logprobs,
-            )
-            new_ids, new_lps = row.output_ids[row.streamed :], row.logprobs[row.streamed :]
-            row.streamed = len(row.output_ids)
-            row.sink.result(result, new_ids, new_lps)
+            self._release(row, keep=keep)
+            if deliver:
+                self._deliver(row)
+
+    def _deliver(self, row: Row) -> None:
+        self.stats.requests_finished += 1
+        assert row.finish_reason is not None
+        result = GenerateResult(
+            output_ids=list(row.output_ids),
+            logprobs=list(row.logprobs),
+            finish_reason=row.finish_reason,
+            prompt_tokens=len(row.prompt_ids),
+            policy_version=self.policy_version,
+            matched_stop=row.matched_stop,
+            top_logprobs=row.top_logprobs,
+            cached_tokens=row.cached,
+        )
+        new_ids, new_lps = row.output_ids[row.streamed :], row.logprobs[row.streamed :]
+        row.streamed = len(row.output_ids)
+        row.sink.result(result, new_ids, new_lps)
 
     def _fail(self, rows: list[Row], exc: Exception) -> None:
         for row in rows:
@@ -234,39 +460,6 @@ class BatchEngine:
             error = BackendError(f"local engine failed during generation: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
             row.sink.error(error)
-
-    def _join(self, rows: list[Row], cache: DynamicCache, mask: torch.Tensor) -> None:
-        if not self.rows:
-            self.rows, self.cache, self.mask = list(rows), cache, mask
-            return
-        assert self.cache is not None and self.mask is not None
-        width = max(self.mask.shape[1], mask.shape[1])
-        for old, new in zip(self.cache.layers, cache.layers, strict=True):
-            old.keys = torch.cat([_pad_time(old.keys, width), _pad_time(new.keys, width)], dim=0)
-            old.values = torch.cat([_pad_time(old.values, width), _pad_time(new.values, width)], dim=0)
-        self.mask = torch.cat([_pad_mask(self.mask, width), _pad_mask(mask, width)], dim=0)
-        self.rows.extend(rows)
-
-    def _drop(self, indices: list[int]) -> None:
-        """Remove rows from the running batch; trim time columns no remaining row uses."""
-        if not indices:
-            return
-        gone = set(indices)
-        keep = [i for i in range(len(self.rows)) if i not in gone]
-        if not keep:
-            self.reset()
-            return
-        assert self.cache is not None and self.mask is not None
-        self.rows = [self.rows[i] for i in keep]
-        self.cache = _select(self.cache, keep)
-        self.mask = self.mask[keep]
-        used = self.mask.any(dim=0).nonzero()
-        start = int(used[0]) if len(used) else 0
-        if start > 0:
-            self.mask = self.mask[:, start:]
-            for layer in self.cache.layers:
-                layer.keys = layer.keys[:, :, start:, :]
-                layer.values = layer.values[:, :, start:, :]
 
 
 def end_token_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -291,23 +484,3 @@ def pad_token_id(tokenizer: Any) -> int:
         if value is not None:
             return int(value)
     return 0
-
-
-def _select(cache: DynamicCache, keep: list[int]) -> DynamicCache:
-    index = torch.tensor(keep, dtype=torch.long)
-    for layer in cache.layers:
-        if layer.keys is not None and layer.keys.shape[0] != len(keep):
-            layer.keys = layer.keys.index_select(0, index.to(layer.keys.device))
-            layer.values = layer.values.index_select(0, index.to(layer.values.device))
-    return cache
-
-
-def _pad_time(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    """Left-pad a [batch, heads, time, dim] tensor with zeros to ``width`` time steps."""
-    missing = width - tensor.shape[2]
-    return F.pad(tensor, (0, 0, missing, 0)) if missing else tensor
-
-
-def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    missing = width - mask.shape[1]
-    return F.pad(mask, (missing, 0)) if missing else mask

@@ -1,14 +1,20 @@
-"""Per-row next-token sampling with log-probabilities, for the local engine.
+"""Batched next-token sampling with log-probabilities, on the device, for the local engine.
 
-Each row of a batch has its own temperature, top-p, top-k and random generator, so a request
-samples the same tokens whether it runs alone or batched with others (up to float noise in the
-logits). The reported log-probability is ``log_softmax(logits / temperature)[token]`` in float32,
-before top-k/top-p truncation (temperature 0 = greedy: the logits as they are) — the quantity a
-trainer recomputes.
+Each row of a batch has its own temperature, top-p, top-k and random key, so a request samples the
+same tokens whether it runs alone or batched with others (up to float noise in the logits). The
+reported log-probability is ``log_softmax(logits / temperature)[token]`` in float32, before
+top-k/top-p truncation (temperature 0 = greedy: the logits as they are) — the quantity a trainer
+recomputes.
+
+Randomness is counter-based: the Gumbel noise of vocabulary entry ``v`` at output position ``n``
+of a row is a hash of (the row's 64-bit key, ``n``, ``v``). A row's draws therefore depend only on
+its seed and on how many tokens it has sampled, never on the batch it shares or on a generator's
+state, and the whole batch samples in a fixed number of tensor operations (no per-row Python).
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,15 +22,35 @@ import torch
 
 from .base import SamplingParams, TokenLogprob
 
+__all__ = [
+    "GREEDY_BELOW",
+    "Sampled",
+    "SamplingBatch",
+    "is_greedy",
+    "make_generator",
+    "row_key",
+    "sample_batch",
+    "sample_next",
+]
+
 GREEDY_BELOW = 1e-5  # temperatures below this decode greedily
+_M32 = 0xFFFF_FFFF
+_GOLDEN = 0x9E37_79B9
 
 
 def is_greedy(params: SamplingParams) -> bool:
     return params.temperature < GREEDY_BELOW
 
 
+def row_key(params: SamplingParams) -> int:
+    """The row's 64-bit random key: its seed when the request has one, fresh entropy otherwise."""
+    if params.seed is None:
+        return secrets.randbits(64)
+    return int(params.seed) & 0xFFFF_FFFF_FFFF_FFFF
+
+
 def make_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
-    """A generator of the row's own: seeded when the request has a seed, random otherwise."""
+    """A generator of the row's own (for :func:`sample_next`): seeded when the request has a seed."""
     if is_greedy(params):
         return None
     generator = torch.Generator(device=device)
@@ -42,65 +68,134 @@ class Sampled:
     top: list[TokenLogprob] | None
 
 
+class SamplingBatch:
+    """The per-row sampling parameters of a batch as device tensors (built once per batch shape)."""
+
+    def __init__(self, params: Sequence[SamplingParams], keys: Sequence[int], device: torch.device) -> None:
+        self.size = len(params)
+        greedy = [is_greedy(p) for p in params]
+        self.all_greedy = all(greedy)
+        self.temperature = torch.tensor(
+            [1.0 if g else float(p.temperature) for g, p in zip(greedy, params, strict=True)], device=device
+        )
+        self.scaled = any(not g and p.temperature != 1.0 for g, p in zip(greedy, params, strict=True))
+        sampled = [i for i, g in enumerate(greedy) if not g]
+        self.sampled_rows = torch.tensor(sampled, dtype=torch.long, device=device) if sampled else None
+        self.n_sampled = len(sampled)
+        self.key_hi = torch.tensor([(keys[i] >> 32) & _M32 for i in sampled], dtype=torch.long, device=device)
+        self.key_lo = torch.tensor([keys[i] & _M32 for i in sampled], dtype=torch.long, device=device)
+        truncated = [j for j, i in enumerate(sampled) if params[i].top_p < 1.0 or params[i].top_k > 0]
+        self.truncated = torch.tensor(truncated, dtype=torch.long, device=device) if truncated else None
+        self.top_p = torch.tensor([float(params[sampled[j]].top_p) for j in truncated], device=device)
+        top_k = [int(params[sampled[j]].top_k) for j in truncated]
+        self.top_k = torch.tensor(top_k, dtype=torch.long, device=device)
+        # top-k alone (no top-p below 1) needs only the k best entries instead of a full sort
+        self.top_k_only = bool(truncated) and all(
+            k > 0 and params[sampled[j]].top_p >= 1.0 for j, k in zip(truncated, top_k, strict=True)
+        )
+        self.max_top_k = max(top_k, default=0)
+        self.top_logprobs = [int(p.top_logprobs) for p in params]
+        self.max_top_logprobs = max(self.top_logprobs, default=0)
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (lowbias32) of int64 tensors holding values in [0, 2**32)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB_352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846C_A68B) & _M32
+    return x ^ (x >> 16)
+
+
+def _gumbel(key_hi: torch.Tensor, key_lo: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise [rows, vocab] from (key, output position, vocabulary index)."""
+    row = _mix32(key_lo ^ _mix32((key_hi + _mix32(steps & _M32)) & _M32))
+    index = (torch.arange(vocab, device=row.device, dtype=torch.long) * _GOLDEN) & _M32
+    bits = _mix32(_mix32((row[:, None] + index[None, :]) & _M32) ^ row[:, None])
+    uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # in (0, 1)
+    return -torch.log(-torch.log(uniform))
+
+
+def _truncate(x: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Mask (to -inf) the tokens top-k then top-p drop, for the rows in ``batch.truncated``."""
+    assert batch.truncated is not None
+    rows = x.index_select(0, batch.truncated)
+    vocab = rows.shape[-1]
+    if batch.top_k_only and batch.max_top_k < vocab:
+        values, ids = rows.topk(batch.max_top_k, dim=-1)
+    else:
+        values, ids = rows.sort(dim=-1, descending=True)
+    ranks = torch.arange(values.shape[-1], device=x.device)
+    k = torch.where(batch.top_k > 0, batch.top_k, vocab)
+    keep = ranks[None, :] < k[:, None]
+    # top-p over the top-k survivors: the smallest prefix whose mass reaches top_p (at least one token)
+    probs = torch.softmax(values.masked_fill(~keep, float("-inf")), dim=-1)
+    keep = keep & ((probs.cumsum(-1) - probs) < batch.top_p[:, None])
+    keep[:, 0] = True
+    allowed = torch.zeros_like(rows, dtype=torch.bool).scatter_(1, ids, keep)
+    return x.index_copy(0, batch.truncated, rows.masked_fill(~allowed, float("-inf")))
+
+
+@dataclass(slots=True)
+class SampledBatch:
+    """Device tensors: ``token_ids`` [B], ``logprobs`` [B] and, when asked, the top log-probs [B, k]."""
+
+    token_ids: torch.Tensor
+    logprobs: torch.Tensor
+    top_ids: torch.Tensor | None = None
+    top_logprobs: torch.Tensor | None = None
+
+
+def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: torch.Tensor) -> SampledBatch:
+    """Sample one token per row of ``logits`` ([B, vocab]); ``steps`` [B] is each row's output position.
+
+    Sampled rows use the Gumbel-max trick: ``argmax(x + Gumbel noise)`` over the truncated scaled
+    logits ``x`` draws from ``softmax(x)``. Nothing here waits on the device."""
+    logits = logits.float()
+    scaled = logits / batch.temperature[:, None] if batch.scaled else logits
+    log_norm = torch.logsumexp(scaled, dim=-1)
+    chosen = scaled.argmax(dim=-1)
+    if batch.sampled_rows is not None:
+        x = scaled.index_select(0, batch.sampled_rows)
+        if batch.truncated is not None:
+            x = _truncate(x, batch)
+        noise = _gumbel(batch.key_hi, batch.key_lo, steps.index_select(0, batch.sampled_rows), x.shape[-1])
+        chosen = chosen.index_copy(0, batch.sampled_rows, (x + noise).argmax(dim=-1))
+    logprobs = scaled.gather(1, chosen[:, None]).squeeze(1) - log_norm
+    out = SampledBatch(chosen, logprobs)
+    if batch.max_top_logprobs:
+        values, ids = scaled.topk(min(batch.max_top_logprobs, scaled.shape[-1]), dim=-1)
+        out.top_ids, out.top_logprobs = ids, values - log_norm[:, None]
+    return out
+
+
+def to_host(sampled: SampledBatch, batch: SamplingBatch) -> list[Sampled]:
+    """One device-to-host transfer for the batch: python ids, log-probs and top alternatives."""
+    parts = [sampled.token_ids.double()[:, None], sampled.logprobs.double()[:, None]]
+    if sampled.top_ids is not None and sampled.top_logprobs is not None:
+        parts += [sampled.top_ids.double(), sampled.top_logprobs.double()]
+    table = torch.cat(parts, dim=1).cpu().tolist()
+    k = batch.max_top_logprobs
+    out = []
+    for row, wanted in zip(table, batch.top_logprobs, strict=True):
+        top = None
+        if wanted:
+            top = [TokenLogprob(int(t), float(v)) for t, v in zip(row[2 : 2 + wanted], row[2 + k : 2 + k + wanted])]
+        out.append(Sampled(int(row[0]), float(row[1]), top))
+    return out
+
+
 def sample_next(
     logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
 ) -> list[Sampled]:
-    """Sample one token per row of ``logits`` ([batch, vocab]).
-
-    Sampled rows use the Gumbel-max trick: ``argmax(x + Gumbel noise)`` over the truncated scaled
-    logits ``x`` draws from ``softmax(x)``. Each row draws its noise from its own generator, and
-    nothing waits on the device until the chosen ids are read, once per step."""
-    logits = logits.float()
-    batch, vocab = logits.shape
-    device = logits.device
-    temperatures = [1.0 if is_greedy(p) else float(p.temperature) for p in params]
-    if all(t == 1.0 for t in temperatures):
-        scaled = logits
-    else:
-        scaled = logits / torch.tensor(temperatures, dtype=logits.dtype, device=device)[:, None]
-    log_norm = torch.logsumexp(scaled, dim=-1)
-    chosen = scaled.argmax(dim=-1)
-    rows = [i for i, p in enumerate(params) if not is_greedy(p)]
-    if rows:
-        index = torch.tensor(rows, device=device)
-        x = scaled.index_select(0, index)
-        for j, i in enumerate(rows):
-            keep = _truncation(x[j], params[i])
-            if keep is not None:
-                x[j] = x[j].masked_fill(~keep, float("-inf"))
-        uniform = torch.stack([torch.rand(vocab, generator=generators[i], device=device) for i in rows])
-        gumbel = -torch.log(-torch.log(uniform.clamp_min(torch.finfo(uniform.dtype).tiny)))
-        noisy = torch.where(torch.isneginf(x), x, x + gumbel)
-        chosen = chosen.index_put((index,), noisy.argmax(dim=-1))
-    logprobs = (scaled.gather(1, chosen[:, None]).squeeze(1) - log_norm).tolist()
-    token_ids = chosen.tolist()
-    tops: list[list[TokenLogprob] | None] = [None] * batch
-    wanted = [i for i, p in enumerate(params) if p.top_logprobs > 0]
-    if wanted:
-        index = torch.tensor(wanted, device=device)
-        k = min(max(params[i].top_logprobs for i in wanted), vocab)
-        values, ids = scaled.index_select(0, index).topk(k, dim=-1)
-        values = (values - log_norm.index_select(0, index)[:, None]).tolist()
-        ids = ids.tolist()
-        for j, i in enumerate(wanted):
-            n = params[i].top_logprobs
-            tops[i] = [TokenLogprob(int(t), float(v)) for t, v in zip(ids[j][:n], values[j][:n], strict=True)]
-    return [Sampled(int(token_ids[i]), float(logprobs[i]), tops[i]) for i in range(batch)]
-
-
-def _truncation(scaled: torch.Tensor, p: SamplingParams) -> torch.Tensor | None:
-    """The tokens top-k then top-p keep (a bool mask over the vocabulary), or None for all."""
-    vocab = scaled.shape[-1]
-    if 0 < p.top_k < vocab:
-        values, ids = scaled.topk(p.top_k)  # sorted, largest first
-    elif p.top_p < 1.0:
-        values, ids = scaled.sort(descending=True)
-    else:
-        return None
-    selected = torch.ones_like(values, dtype=torch.bool)
-    if p.top_p < 1.0:
-        # the smallest prefix whose mass reaches top_p (at least one token)
-        probs = torch.softmax(values, dim=-1)
-        selected = (probs.cumsum(-1) - probs) < p.top_p
-        selected[0] = True
-    return torch.zeros(vocab, dtype=torch.bool, device=scaled.device).scatter(0, ids, selected)
+    """Sample one token per row of ``logits`` ([batch, vocab]); each sampled row draws its key from
+    its generator (rows may share one), then samples as :func:`sample_batch` at output position 0."""
+    keys = []
+    for p, generator in zip(params, generators, strict=True):
+        if is_greedy(p) or generator is None:
+            keys.append(0)
+        else:
+            keys.append(int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)))
+    batch = SamplingBatch(params, keys, logits.device)
+    steps = torch.zeros(len(params), dtype=torch.long, device=logits.device)
+    return to_host(sample_batch(logits, batch, steps), batch)

@@ -69,6 +69,7 @@ class GenerateResult:
     policy_version: int
     matched_stop: str | int | None = None  # the stop string or token id that ended generation
     top_logprobs: list[list[TokenLogprob]] | None = None
+    cached_tokens: int = 0  # prompt tokens served from a reused prefix (prefix cache) instead of prefilled
 
 
 @dataclass(slots=True)

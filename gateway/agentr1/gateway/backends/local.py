@@ -14,6 +14,13 @@ or a backend that is not started answers :class:`BackendUnavailable`.
 CPU threads: ``num_threads`` sets the worker's torch threads. torch's default (all cores) is
 fastest on an otherwise idle machine; on a CPU shared with busy processes (a trainer, tests),
 ``num_threads=1`` avoids idle OpenMP threads waiting on busy cores and was 4x faster at batch 1.
+
+The engine (``_engine.BatchEngine``) keeps every request in a slot of a static KV cache, samples
+all rows at once on the device, replays decode steps from CUDA graphs on a GPU (``cuda_graphs``)
+and reuses the cached prefixes of earlier prompts (``prefix_cache``; ``GenerateResult.
+cached_tokens`` says how many prompt tokens it served). ``cache_bytes`` bounds the cache (idle
+prefixes are evicted first); ``exact`` (default: on the CPU) makes prefix reuse bit-exact. New
+weights drop the cached prefixes.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 import torch
 
 from ._engine import BatchEngine, EngineStats, Row, end_token_ids, pad_token_id
+from ._slot_cache import use_grouped_decode_attention
 from ._weights import copy_into, read_safetensors
 from .base import (
     BackendUnavailable,
@@ -119,6 +127,10 @@ class LocalBackend:
         model_name: str | None = None,
         policy_version: int = 0,
         num_threads: int | None = None,
+        prefix_cache: bool = True,
+        cache_bytes: int | None = None,
+        exact: bool | None = None,
+        cuda_graphs: bool = True,
     ) -> None:
         from transformers import AutoConfig
 
@@ -134,6 +146,9 @@ class LocalBackend:
         self.max_batch_size = max_batch_size
         self.max_queue = max_queue
         self.num_threads = num_threads  # CPU threads of the worker's torch ops (None: torch's default)
+        self.engine_options: dict[str, Any] = {
+            "prefix_cache": prefix_cache, "cache_bytes": cache_bytes, "exact": exact, "cuda_graphs": cuda_graphs,
+        }
         self.stats = EngineStats()
         self.model: Any = None
         self.tokenizer: Any = None
@@ -171,6 +186,7 @@ class LocalBackend:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation="sdpa")
             self.model = model.to(self.device).eval()
+            use_grouped_decode_attention(self.model)
             # the worker's own copy (decode only): callers may use self.tokenizer meanwhile
             decoder = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
 
@@ -184,6 +200,8 @@ class LocalBackend:
                 decode=decode,
                 max_context=self.max_context,
                 stats=self.stats,
+                max_batch_size=self.max_batch_size,
+                **self.engine_options,
             )
             self._engine.policy_version = self._policy_version
             self._stopping = False
@@ -314,9 +332,10 @@ class LocalBackend:
         with self._model_lock:
             if self.model is None:
                 raise BackendUnavailable("the local backend is not started", retry_after=5.0)
-            copy_into(self.model, tensors)
+            copy_into(self.model, tensors)  # in place: the engine's CUDA graphs see the new weights
             self._policy_version += 1
             if self._engine is not None:
+                self._engine.forget_prefixes()  # their keys and values came from the old weights
                 self._engine.policy_version = self._policy_version
         log.info("local backend: weights updated, policy version %d", self._policy_version)
         return self._policy_version

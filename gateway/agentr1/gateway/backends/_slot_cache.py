@@ -1,0 +1,149 @@
+"""The local engine's KV cache: a fixed grid of slots, one sequence per slot, written in place.
+
+Per layer one key and one value tensor ``[slots, kv_heads, capacity, head_dim]``. A sequence keeps
+its tokens at their own positions ``0..n-1`` of its slot (no left padding, no concatenation), so a
+decode step writes one column per row and a finished sequence can stay where it is as a reusable
+prefix (see :mod:`._prefix`). The last column of every slot is scratch: rows that only pad a batch
+write there, and no mask ever lets a query read it.
+
+The cache plugs into a HF causal LM through ``past_key_values``: before each forward the engine
+sets where the new keys go (:meth:`SlotCache.begin`), the model calls :meth:`SlotCache.update` in
+every layer, and a 4-D boolean attention mask (``[batch, 1, queries, kv_len]``, built by the
+engine) is used by the model as it is. Decode steps of ``B`` rows read the first ``B`` slots in
+place (views, nothing copied), which is what lets a CUDA graph replay them.
+
+:func:`use_grouped_decode_attention` registers an attention function that computes one-token
+queries of grouped-query models without repeating keys and values per query head; everything else
+goes to transformers' SDPA attention unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["ATTENTION_NAME", "SlotCache", "use_grouped_decode_attention"]
+
+ATTENTION_NAME = "agentr1_slots"
+
+
+class SlotCache:
+    """Keys and values of ``slots`` sequences of up to ``capacity - 1`` tokens each."""
+
+    def __init__(self, config: Any, device: torch.device, dtype: torch.dtype) -> None:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.layers = int(text.num_hidden_layers)
+        self.kv_heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
+        self.head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+        self.device, self.dtype = device, dtype
+        self.slots = 0
+        self.capacity = 0
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self._write_slots: torch.Tensor | None = None
+        self._write_cols: torch.Tensor | None = None
+        self._read_slots: torch.Tensor | None = None
+        self._rows = 0
+        self._kv_len = 0
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def scratch(self) -> int:
+        """The scratch column (never attended to)."""
+        return self.capacity - 1
+
+    def resize(self, slots: int, capacity: int, moves: dict[int, int]) -> None:
+        """Reallocate as ``slots`` x ``capacity``, copying slot ``old`` to slot ``new`` for each of
+        ``moves`` (the prefix each slot holds, up to the smaller capacity)."""
+        shape = (slots, self.kv_heads, capacity, self.head_dim)
+        keep = min(self.capacity, capacity) - 1
+        keys, values = [], []
+        for layer in range(self.layers):
+            k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            if moves and keep > 0:
+                old = torch.tensor(list(moves), dtype=torch.long, device=self.device)
+                new = torch.tensor(list(moves.values()), dtype=torch.long, device=self.device)
+                k[new, :, :keep] = self.keys[layer][old, :, :keep]
+                v[new, :, :keep] = self.values[layer][old, :, :keep]
+            keys.append(k)
+            values.append(v)
+        self.keys, self.values = [], []  # free the old tensors before the new ones are kept
+        self.keys, self.values = keys, values
+        self.slots, self.capacity = slots, capacity
+
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        """Copy the first ``length`` positions of slot ``source`` into slot ``target``."""
+        for k, v in zip(self.keys, self.values, strict=True):
+            k[target, :, :length] = k[source, :, :length]
+            v[target, :, :length] = v[source, :, :length]
+
+    def begin(
+        self, write_slots: torch.Tensor, write_cols: torch.Tensor, kv_len: int, read_slots: torch.Tensor | None
+    ) -> None:
+        """Set the next forward's layout: query ``j`` of batch row ``i`` writes its key and value at
+        ``(write_slots[i, 0], write_cols[i, j])``; the attention reads the first ``kv_len`` positions
+        of the slots ``read_slots`` (None: slots ``0..rows-1``, in place)."""
+        self._write_slots, self._write_cols = write_slots, write_cols
+        self._read_slots, self._rows, self._kv_len = read_slots, write_slots.shape[0], kv_len
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Called by every attention layer: store the new keys/values, return what to attend to."""
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[self._write_slots, :, self._write_cols] = key_states.transpose(1, 2).to(k.dtype)
+        v[self._write_slots, :, self._write_cols] = value_states.transpose(1, 2).to(v.dtype)
+        if self._read_slots is None:
+            return k[: self._rows, :, : self._kv_len], v[: self._rows, :, : self._kv_len]
+        return k[self._read_slots, :, : self._kv_len], v[self._read_slots, :, : self._kv_len]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0  # the engine always passes positions: the model never asks
+
+    def __len__(self) -> int:
+        return self.layers
+
+
+def _grouped_decode_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    batch, q_heads, queries, dim = query.shape
+    kv_heads = key.shape[1]
+    if queries != 1 or attention_mask is None or attention_mask.dim() != 4 or kv_heads == q_heads:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
+    # one query per row: the heads of a group become that group's queries (same keys, same mask)
+    grouped = query.reshape(batch, kv_heads, q_heads // kv_heads, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def use_grouped_decode_attention(model: Any) -> bool:
+    """Switch ``model`` (loaded with SDPA attention) to the grouped decode attention; False when
+    this transformers version does not allow it (the model then keeps SDPA)."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+        AttentionInterface.register(ATTENTION_NAME, _grouped_decode_attention)
+        AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+        model.set_attn_implementation(ATTENTION_NAME)
+    except Exception:  # noqa: BLE001 - an optional speed-up
+        return False
+    return getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME
