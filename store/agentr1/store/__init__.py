@@ -1,5 +1,6 @@
 """The step-trace store: schema, migrations and the one API every part of agentr1 uses."""
 
+from agentr1.store.blobs import IMAGE_REF_PREFIX, ImageStore, externalize_images, image_refs, inline_images
 from agentr1.store.engine import DEFAULT_DB, normalize_url
 from agentr1.store.errors import (
     SessionExists,
@@ -12,13 +13,15 @@ from agentr1.store.errors import (
     UnknownSession,
     UnknownStep,
 )
-from agentr1.store.export import export_run
+from agentr1.store.export import export_run, session_with_images
 from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
 from agentr1.store.store import TraceStore, new_id
 
 __all__ = [
     "DEFAULT_DB",
+    "IMAGE_REF_PREFIX",
     "FeedbackRecord",
+    "ImageStore",
     "RewardRecord",
     "RunRecord",
     "SessionExists",
@@ -34,7 +37,11 @@ __all__ = [
     "UnknownSession",
     "UnknownStep",
     "export_run",
+    "externalize_images",
+    "image_refs",
+    "inline_images",
     "new_id",
     "normalize_url",
+    "session_with_images",
     "superseded_steps",
 ]

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from agentr1.store import migrate as migrations
 from agentr1.store.arrays import decode_floats, decode_ids, encode_floats, encode_ids
+from agentr1.store.blobs import ImageStore, externalize_images, externalize_step
 from agentr1.store.engine import create_store_engine
 from agentr1.store.errors import (
     SessionExists,
@@ -44,14 +45,18 @@ class TraceStore:
     processes (or gateways) may write to the same database at once.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, images: ImageStore | None = None) -> None:
         self.engine = engine
+        # image bytes by content hash, beside the database; steps keep references (see blobs.py)
+        self.images = images or ImageStore.for_database(str(engine.url))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str | os.PathLike[str], *, migrate: bool = True) -> TraceStore:
-        """Connect to ``url`` and check the schema; with ``migrate`` bring it to the newest version."""
+    def open(cls, url: str | os.PathLike[str], *, migrate: bool = True,
+             image_dir: str | os.PathLike[str] | None = None) -> TraceStore:
+        """Connect to ``url`` and check the schema; with ``migrate`` bring it to the newest version.
+        ``image_dir``: where image bytes go (default: beside a SQLite file, see :mod:`agentr1.store.blobs`)."""
         engine = create_store_engine(url)
         try:
             current = migrations.current_revision(engine)
@@ -71,7 +76,7 @@ class TraceStore:
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine)
+        return cls(engine, ImageStore.for_database(str(engine.url), image_dir))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -242,6 +247,9 @@ class TraceStore:
         if not steps and not feedback:
             return
         session_ids = {s.session_id for s in steps}
+        steps = [externalize_step(s, self.images) for s in steps]
+        feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
+                    for fb in feedback]
         with self._write() as db:
             found = set(db.scalars(select(SessionRow.id).where(SessionRow.id.in_(session_ids))))
             for sid in session_ids - found:
@@ -260,6 +268,7 @@ class TraceStore:
 
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
+        messages = externalize_images(messages, self.images)
         with self._write() as db:
             self._attach_many(db, [FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)])
 

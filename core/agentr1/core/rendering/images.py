@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1.core.rendering.base import RenderError
+from agentr1.store import IMAGE_REF_PREFIX
 
 __all__ = [
     "IMAGE_PART_TYPES",
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 IMAGE_PART_TYPES = ("image_url", "input_image", "image")
-IMAGE_REF_PREFIX = "agentr1-image:"
 MEDIA_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)$", re.DOTALL)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
