@@ -72,7 +72,7 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
     trainer = Trainer(opd_config(work, student=student, teacher=teacher_path, steps=steps, batch=batch, n=n, lr=lr,
                                  max_tokens=max_tokens, device=device, seed=seed), quiet=True)
     trainer.setup()
-    end_step = trainer._end_step
+    end_step = trainer.end_step
     probe = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).eval()  # gets the engine's weights
 
     def measure_policy() -> dict[str, float]:
@@ -88,7 +88,7 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
         metrics.update({f"heldout/{k}": v for k, v in measured.items() if k != "positions"})
         await end_step(step, metrics)
 
-    trainer._end_step = measured_end_step  # type: ignore[method-assign]
+    trainer.end_step = measured_end_step  # type: ignore[method-assign]
     trainer_started = time.perf_counter()
     try:
         trainer.train()

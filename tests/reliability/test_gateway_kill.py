@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from agentr1.store import TraceStore
-from agentr1.trainer.batch import build_rows
+from agentr1.trainer.batch import BatchConfig, build_rows
 from gateway_server import start_server
 
 AGENTS, TURNS_PER_SESSION = 12, 4
@@ -134,6 +134,6 @@ def test_sigkill_under_load_then_restart_leaves_a_consistent_store(tmp_path, mon
     assert all(statuses[sid] == "abandoned" for sid in interrupted)
     assert {s.id for s in selected} == finished
     assert all(len(s.steps) == TURNS_PER_SESSION for s in selected)
-    batch = build_rows(selected)
+    batch = build_rows(selected, BatchConfig(layout="per_step"))  # one row per step
     assert len(batch.rows) == TURNS_PER_SESSION * len(selected)
     assert {row.session_id for row in batch.rows} == finished

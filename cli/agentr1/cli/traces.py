@@ -13,17 +13,18 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Inspect and export step traces.", no_args_is_help=True)
 
 DB_OPTION = typer.Option(
-    "sqlite:///agentr1.db", "--db", envvar="AGENTR1_DB", help="Database URL or SQLite file path."
+    None, "--db", envvar="AGENTR1_DB", show_default="agentr1.store.DEFAULT_DB, agentr1.db here",
+    help="Database URL or SQLite file path."
 )
 
 
-def _open(db: str, *, migrate: bool = False) -> TraceStore:
+def _open(db: str | None, *, migrate: bool = False) -> TraceStore:
     try:
-        from agentr1.store import StoreError, TraceStore
+        from agentr1.store import DEFAULT_DB, StoreError, TraceStore
     except ModuleNotFoundError as exc:
         raise typer.BadParameter(f"the trace store needs `pip install 'agentr1[store]'` ({exc.name} missing)") from exc
     try:
-        return TraceStore.open(db, migrate=migrate)
+        return TraceStore.open(db or DEFAULT_DB, migrate=migrate)
     except StoreError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
@@ -34,14 +35,14 @@ def _fmt(value: float | None) -> str:
 
 
 @app.command()
-def migrate(db: str = DB_OPTION) -> None:
+def migrate(db: str | None = DB_OPTION) -> None:
     """Create the schema or bring it to the newest version."""
     with _open(db, migrate=True) as store:
         typer.echo(f"{store.engine.url.render_as_string(hide_password=True)}: schema up to date")
 
 
 @app.command()
-def runs(db: str = DB_OPTION, limit: int = typer.Option(50, help="Newest runs to list.")) -> None:
+def runs(db: str | None = DB_OPTION, limit: int = typer.Option(50, help="Newest runs to list.")) -> None:
     """List runs with their session and step counts."""
     with _open(db) as store:
         typer.echo(f"{'run':34} {'name':24} {'sessions':>8} {'steps':>8} {'reward':>8}  created")
@@ -52,7 +53,7 @@ def runs(db: str = DB_OPTION, limit: int = typer.Option(50, help="Newest runs to
 
 @app.command()
 def sessions(
-    db: str = DB_OPTION,
+    db: str | None = DB_OPTION,
     run: str | None = typer.Option(None, help="Only this run."),
     status: str | None = typer.Option(None, help="running, finished, failed or abandoned."),
     limit: int = typer.Option(50),
@@ -68,7 +69,7 @@ def sessions(
 @app.command()
 def show(
     session_id: str = typer.Argument(..., help="Session id."),
-    db: str = DB_OPTION,
+    db: str | None = DB_OPTION,
     tokenizer: str | None = typer.Option(None, help="Tokenizer (local path) to decode token ids."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole trace as JSON."),
 ) -> None:
@@ -117,7 +118,7 @@ def _decoder(tokenizer: str | None) -> Any:
 @app.command()
 def export(
     out: str = typer.Argument(..., help="Output file, .jsonl or .parquet."),
-    db: str = DB_OPTION,
+    db: str | None = DB_OPTION,
     run: str | None = typer.Option(None, help="Run to export (default: all sessions)."),
     fmt: str | None = typer.Option(None, "--format", help="jsonl or parquet (default: from the file name)."),
 ) -> None:

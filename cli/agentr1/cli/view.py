@@ -9,7 +9,8 @@ import typer
 
 
 def view(
-    db: str = typer.Option("sqlite:///agentr1.db", "--db", envvar="AGENTR1_DB", help="Trace store URL or SQLite path."),
+    db: str | None = typer.Option(None, "--db", envvar="AGENTR1_DB", show_default="agentr1.store.DEFAULT_DB, agentr1.db here",
+                                  help="Trace store URL or SQLite path."),
     runs_dir: str | None = typer.Option(None, "--runs-dir", envvar="AGENTR1_RUNS_DIR",
                                         help="Trainer output folders (metrics.jsonl, checkpoints/), e.g. out/."),
     tokenizer: str | None = typer.Option(None, "--tokenizer",
@@ -27,13 +28,14 @@ def view(
     try:
         import uvicorn
 
-        from agentr1.store import StoreError, TraceStore
+        from agentr1.store import DEFAULT_DB, StoreError, TraceStore
         from agentr1.viewer import ViewerSettings, create_viewer_app
     except ModuleNotFoundError as exc:
         typer.secho(f"error: the viewer needs `pip install 'agentr1[gateway]'` ({exc.name} missing)", fg="red",
                     err=True)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    db = db or DEFAULT_DB
     try:
         store = TraceStore.open(db, migrate=False)
     except StoreError as exc:

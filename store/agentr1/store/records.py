@@ -1,10 +1,29 @@
-"""Plain records that the store API takes and returns (no ORM objects leak out)."""
+"""Plain records that the store API takes and returns (no ORM objects leak out).
+
+:class:`StepRecord` is the one declaration of a step's fields: the store's row mapping
+(:meth:`StepRecord.row_values`, :meth:`StepRecord.from_row`) and the viewer's ``StepView`` are
+derived from it, and a test checks that the ``steps`` table (``schema.StepRow``) has exactly its
+stored fields as columns. Field metadata: ``array`` (token arrays stored as compact binary,
+:mod:`agentr1.store.arrays`), ``read_side`` (computed when read, not a column).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from agentr1.store.arrays import decode_floats, decode_ids, encode_floats, encode_ids
+
+__all__ = ["FeedbackRecord", "RewardRecord", "RunRecord", "STEP_COLUMNS", "SessionRecord", "StepRecord",
+           "superseded_steps"]
+
+_IDS = {"array": "ids"}
+_FLOATS = {"array": "floats"}
+_READ_SIDE = {"read_side": True}
+_ENCODE = {"ids": encode_ids, "floats": encode_floats}
+_DECODE = {"ids": decode_ids, "floats": decode_floats}
 
 
 @dataclass(slots=True)
@@ -44,9 +63,9 @@ class StepRecord:
 
     session_id: str
     index: int
-    observation_ids: list[int]
-    action_ids: list[int]
-    action_logprobs: list[float] | None = None
+    observation_ids: list[int] = field(metadata=_IDS)
+    action_ids: list[int] = field(metadata=_IDS)
+    action_logprobs: list[float] | None = field(default=None, metadata=_FLOATS)
     messages_sent: list[Any] = field(default_factory=list)
     messages_seen: list[Any] = field(default_factory=list)
     tools: list[Any] | None = None
@@ -54,7 +73,7 @@ class StepRecord:
     action: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     feedback_messages: list[Any] | None = None
-    feedback_ids: list[int] | None = None
+    feedback_ids: list[int] | None = field(default=None, metadata=_IDS)
     policy_version: int = 0
     backend: str = ""
     model: str = ""
@@ -64,11 +83,37 @@ class StepRecord:
     retry_of: list[int] | None = None  # a client retry: the earlier answered-but-unseen attempts it replaced
     latency_ms: float | None = None
     created_at: dt.datetime | None = None
-    reward: float | None = None  # sum of the rewards given to this step (read side only)
-    superseded_by: int | None = None  # read side only: the retry that replaced this (unseen) answer
+    reward: float | None = field(default=None, metadata=_READ_SIDE)  # sum of the rewards given to this step
+    superseded_by: int | None = field(default=None, metadata=_READ_SIDE)  # the retry that replaced this answer
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def row_values(self) -> dict[str, Any]:
+        """The ``steps`` row of this step: its stored fields, token arrays encoded."""
+        values = {f.name: _encode(f, getattr(self, f.name)) for f in _STORED}
+        values["created_at"] = self.created_at or dt.datetime.now(dt.UTC)
+        return values
+
+    @classmethod
+    def from_row(cls, row: Any, reward: float | None = None) -> StepRecord:
+        """The record of a ``steps`` row (any object with the stored fields as attributes)."""
+        return cls(**{f.name: _decode(f, getattr(row, f.name)) for f in _STORED}, reward=reward)
+
+
+_STORED = tuple(f for f in dataclasses.fields(StepRecord) if not f.metadata.get("read_side"))
+STEP_COLUMNS = tuple(f.name for f in _STORED)  # the columns of the steps table, besides its key ``id``
+
+
+def _encode(f: dataclasses.Field[Any], value: Any) -> Any:
+    return _ENCODE[f.metadata["array"]](value) if "array" in f.metadata else value
+
+
+def _decode(f: dataclasses.Field[Any], value: Any) -> Any:
+    if "array" not in f.metadata:
+        return value
+    decoded = _DECODE[f.metadata["array"]](value)
+    return [] if decoded is None and f.default is dataclasses.MISSING else decoded  # a required array
 
 
 def superseded_steps(steps: list[StepRecord]) -> dict[int, int]:

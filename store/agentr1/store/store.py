@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from agentr1.store import migrate as migrations
-from agentr1.store.arrays import decode_floats, decode_ids, encode_floats, encode_ids
+from agentr1.store.arrays import encode_ids
 from agentr1.store.blobs import ImageStore, externalize_images, externalize_step
 from agentr1.store.engine import create_store_engine
 from agentr1.store.errors import (
@@ -256,7 +256,7 @@ class TraceStore:
                 raise UnknownSession(sid)
             if steps:
                 try:
-                    db.execute(insert(_STEPS), [_step_values(s) for s in steps])
+                    db.execute(insert(_STEPS), [s.row_values() for s in steps])
                 except IntegrityError as exc:
                     raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
             self._attach_many(db, feedback)
@@ -264,7 +264,7 @@ class TraceStore:
     def last_step(self, session_id: str) -> StepRecord | None:
         with self._read() as db:
             row = db.scalar(select(StepRow).where(StepRow.session_id == session_id).order_by(StepRow.index.desc()).limit(1))
-            return None if row is None else _step_record(row, None)
+            return None if row is None else StepRecord.from_row(row)
 
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
@@ -393,7 +393,7 @@ class TraceStore:
             for x in rewards[r.id]:
                 if x.step_index is not None:
                     per_step[x.step_index] = per_step.get(x.step_index, 0.0) + x.value
-            records = [_step_record(s, per_step.get(s.index)) for s in step_rows[r.id]]
+            records = [StepRecord.from_row(s, per_step.get(s.index)) for s in step_rows[r.id]]
             superseded = superseded_steps(records)
             for record in records:
                 record.superseded_by = superseded.get(record.index)
@@ -405,29 +405,3 @@ class TraceStore:
                 n_steps=len(step_rows[r.id]) if steps else counts.get(r.id, 0),
             ))
         return out
-
-
-def _step_values(s: StepRecord) -> dict[str, Any]:
-    return {
-        "session_id": s.session_id, "index": s.index, "parent_index": s.parent_index,
-        "policy_version": s.policy_version, "backend": s.backend, "model": s.model, "trainable": s.trainable,
-        "observation_ids": encode_ids(s.observation_ids), "action_ids": encode_ids(s.action_ids),
-        "action_logprobs": encode_floats(s.action_logprobs), "messages_sent": s.messages_sent,
-        "messages_seen": s.messages_seen, "tools": s.tools, "sampling": s.sampling, "action": s.action,
-        "finish_reason": s.finish_reason, "feedback_messages": s.feedback_messages,
-        "feedback_ids": encode_ids(s.feedback_ids), "drift": s.drift, "retry_of": s.retry_of, "latency_ms": s.latency_ms,
-        "created_at": s.created_at or dt.datetime.now(dt.UTC),
-    }
-
-
-def _step_record(row: StepRow, reward: float | None) -> StepRecord:
-    return StepRecord(
-        session_id=row.session_id, index=row.index, parent_index=row.parent_index,
-        observation_ids=decode_ids(row.observation_ids) or [], action_ids=decode_ids(row.action_ids) or [],
-        action_logprobs=decode_floats(row.action_logprobs), messages_sent=row.messages_sent,
-        messages_seen=row.messages_seen, tools=row.tools, sampling=row.sampling, action=row.action,
-        finish_reason=row.finish_reason, feedback_messages=row.feedback_messages,
-        feedback_ids=decode_ids(row.feedback_ids), policy_version=row.policy_version, backend=row.backend,
-        model=row.model, trainable=row.trainable, drift=row.drift, retry_of=row.retry_of, latency_ms=row.latency_ms,
-        created_at=row.created_at, reward=reward,
-    )

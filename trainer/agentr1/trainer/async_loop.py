@@ -4,9 +4,10 @@ Agent RL rollouts have long-tailed durations (tool and environment latency, long
 stragglers). The synchronous loop waits for the slowest sample of a step and leaves the serving
 engine idle during the update. Here a producer keeps up to ``rollout.max_concurrency`` agent runs
 going at all times (a new group of ``n`` samples starts as soon as ``n`` run slots are free), scores
-each group when its last sample ends and queues it; the consumer takes the next ``data.train_batch_size`` complete
-groups, trains on them through the same stages as the synchronous loop (``Trainer._learn``) and
-syncs the weights. Groups finish in any order; each is trained on at most once.
+each group when its last sample ends and queues it; each training step takes the next
+``data.train_batch_size`` complete groups (:class:`AsyncRollouts`, the training loop's source in
+this mode: the loop itself is the synchronous one, ``agentr1.trainer.loop``) and trains on them
+through the same stages. Groups finish in any order; each is trained on at most once.
 
 Staleness. Every step records the policy version that sampled it (the gateway does this). A
 session whose calls span a weight sync has steps of versions v and v+1; its *oldest* step is the
@@ -34,18 +35,17 @@ import asyncio
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from agentr1.store import SessionRecord
+from agentr1.trainer.evaluate import outcome_metrics
 from agentr1.trainer.rewards import SessionRewards
 from agentr1.trainer.rollout import RolloutReport
+from agentr1.trainer.sources import StepData, StepSource, TrainerContext
 
-if TYPE_CHECKING:
-    from agentr1.trainer.loop import StepData, Trainer
-
-__all__ = ["AsyncTrainLoop", "FinishedGroup", "RolloutProducer", "behaviour_version", "split_by_staleness"]
+__all__ = ["AsyncRollouts", "FinishedGroup", "RolloutProducer", "behaviour_version", "split_by_staleness"]
 
 log = logging.getLogger("agentr1.trainer.async")
 
@@ -93,7 +93,7 @@ class RolloutProducer:
     are free (a group's finished samples free theirs while its stragglers run) and the queue of
     finished groups has room; each group is queued when its last sample ends."""
 
-    def __init__(self, trainer: Trainer, queue: asyncio.Queue[FinishedGroup], *, max_concurrency: int) -> None:
+    def __init__(self, trainer: TrainerContext, queue: asyncio.Queue[FinishedGroup], *, max_concurrency: int) -> None:
         self.trainer = trainer
         self.queue = queue
         self.max_concurrency = max_concurrency
@@ -144,7 +144,7 @@ class RolloutProducer:
         started = time.monotonic()
         await asyncio.gather(*(sample(k) for k in range(n)))
         report.seconds = time.monotonic() - started
-        sessions, rewards = await asyncio.to_thread(trainer._score, report.sessions, {task["id"]: task})
+        sessions, rewards = await asyncio.to_thread(trainer.score, report.sessions, {task["id"]: task})
         sessions, rewards = await trainer.groups.complete(trainer, {task["id"]: task}, sessions, rewards,
                                                           step=trainer.state.step + 1)
         counters.completed += 1
@@ -162,56 +162,53 @@ class RolloutProducer:
                                            report, behaviour_version(finished)))
 
 
-class AsyncTrainLoop:
-    """The consumer side: the next ``train_batch_size`` fresh groups -> ``Trainer._learn`` -> bookkeeping."""
+class AsyncRollouts(StepSource):
+    """The consumer side, as the training loop's source: a step takes the next ``train_batch_size``
+    fresh groups the producer (started with the first step) finished."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, trainer: TrainerContext, out_dir: Path) -> None:
+        super().__init__(trainer)
         cfg = trainer.config
         rollout = cfg.actor_rollout_ref.rollout
         self.batch_size = cfg.data.train_batch_size
         self.max_staleness = rollout.max_staleness
         self.max_concurrency = rollout.max_concurrency
-        self.audit_path = trainer.out_dir / "async_groups.jsonl"
+        self.audit_path = out_dir / "async_groups.jsonl"
+        self.queue: asyncio.Queue[FinishedGroup] = asyncio.Queue(maxsize=self.batch_size * (self.max_staleness + 1))
+        self.producer = RolloutProducer(trainer, self.queue, max_concurrency=self.max_concurrency)
+        self.producing: asyncio.Task[None] | None = None
+        self._taken: tuple[list[FinishedGroup], list[FinishedGroup]] = ([], [])
+        self._update: tuple[int, int, float] = (0, 0, 0.0)  # policy version, groups launched, wall clock at its start
 
-    async def run(self) -> dict[str, float]:
+    async def start(self) -> None:
+        self.producing = asyncio.create_task(self.producer.run())
+
+    async def take(self, step: int) -> StepData:
         t = self.trainer
-        total = t.config.trainer.total_training_steps
-        workers = t.config.actor_rollout_ref.rollout.max_concurrency + 4
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=workers))
-        if t.state.step == 0 and t.val_tasks:
-            t.tracker.log(0, await t.evaluate())
-        queue: asyncio.Queue[FinishedGroup] = asyncio.Queue(maxsize=self.batch_size * (self.max_staleness + 1))
-        producer = RolloutProducer(t, queue, max_concurrency=self.max_concurrency)
-        producing = asyncio.create_task(producer.run())
-        last: dict[str, float] = {}
-        try:
-            while t.state.step < total:
-                step = t.state.step + 1
-                started = time.monotonic()
-                before = _snapshot(producer.counters)
-                t.tracker.status(f"async: waiting for {self.batch_size} fresh groups")
-                fresh, stale = await self._take_batch(queue, producing)
-                waited = time.monotonic() - started
-                version, launched_before = t.state.policy_version, producer.counters.launched
-                update_window = [time.time(), 0.0]
-                metrics = await t._learn(self._step_data(fresh, stale, producer.counters, before))
-                update_window[1] = time.time()
-                metrics["async/wait_s"] = waited
-                metrics["async/groups_launched_during_update"] = float(producer.counters.launched - launched_before)
-                metrics["perf/step_s"] = time.monotonic() - started
-                self._audit(step, version, fresh, stale, update_window)
-                await t._end_step(step, metrics)
-                last = metrics
-        finally:
-            producing.cancel()
-            await asyncio.gather(producing, return_exceptions=True)
-        return last
+        started = time.monotonic()
+        before = _snapshot(self.producer.counters)
+        t.tracker.status(f"async: waiting for {self.batch_size} fresh groups")
+        fresh, stale = self._taken = await self._take_batch()
+        data = self._step_data(fresh, stale, self.producer.counters, before)
+        data.metrics["async/wait_s"] = time.monotonic() - started
+        self._update = (t.state.policy_version, self.producer.counters.launched, time.time())
+        return data
 
-    async def _take_batch(self, queue: asyncio.Queue[FinishedGroup], producing: asyncio.Task[None]
-                          ) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
+    def after_update(self, step: int, data: StepData, metrics: dict[str, float]) -> None:
+        version, launched_before, update_start = self._update
+        metrics["async/groups_launched_during_update"] = float(self.producer.counters.launched - launched_before)
+        self._audit(step, version, *self._taken, [update_start, time.time()])
+
+    async def close(self) -> None:
+        if self.producing is not None:
+            self.producing.cancel()
+            await asyncio.gather(self.producing, return_exceptions=True)
+
+    async def _take_batch(self) -> tuple[list[FinishedGroup], list[FinishedGroup]]:
         """The next ``batch_size`` groups within ``max_staleness`` (the stale ones met on the way
         are returned too, to be counted). Raises what the producer raised, instead of waiting forever."""
+        assert self.producing is not None
+        queue, producing = self.queue, self.producing
         fresh: list[FinishedGroup] = []
         stale: list[FinishedGroup] = []
         while len(fresh) < self.batch_size:
@@ -228,12 +225,9 @@ class AsyncTrainLoop:
 
     def _step_data(self, fresh: list[FinishedGroup], stale: list[FinishedGroup], counters: ProducerCounters,
                    before: dict[str, int]) -> StepData:
-        from agentr1.trainer.loop import StepData
-
         version = self.trainer.state.policy_version
         sessions = [s for g in fresh for s in g.sessions]
         rewards = {sid: r for g in fresh for sid, r in g.rewards.items()}
-        outcomes = [rewards[s.id].outcome for s in sessions]
         lags = [version - g.behaviour_version for g in fresh]
         now = _snapshot(counters)
         return StepData(sessions, rewards, {
@@ -245,8 +239,7 @@ class AsyncTrainLoop:
             "async/groups_trained": float(len(fresh)), "async/dropped_stale": float(len(stale)),
             "async/empty_groups": float(now["empty"] - before["empty"]),
             "async/mean_lag": sum(lags) / len(lags) if lags else 0.0, "async/max_lag": float(max(lags, default=0)),
-            "reward/mean": sum(outcomes) / len(outcomes) if outcomes else 0.0,
-            "success/train": sum(o > 0 for o in outcomes) / len(outcomes) if outcomes else 0.0,
+            **outcome_metrics(sessions, rewards, success_key="success/train", reward_key="reward/mean"),
         })
 
     def _audit(self, step: int, version: int, fresh: list[FinishedGroup], stale: list[FinishedGroup],

@@ -47,6 +47,7 @@ from typing import Literal
 
 from agentr1.store import SessionRecord, StepRecord, superseded_steps
 from agentr1.sdk import ANCHOR_PREFIX
+from agentr1.trainer.config import DEFAULT_LAYOUT, Layout
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
 from agentr1.trainer.rows import Segment, TrainRow
 
@@ -62,7 +63,6 @@ __all__ = [
     "text_anchor",
 ]
 
-Layout = Literal["per_step", "merged"]
 Truncation = Literal["split", "drop", "error"]
 AnchorFn = Callable[[SessionRecord, StepRecord], "str | None"]
 
@@ -105,7 +105,7 @@ def env_anchor(session: SessionRecord, step: StepRecord) -> str | None:
 
 @dataclass(slots=True)
 class BatchConfig:
-    layout: Layout = "per_step"
+    layout: Layout = DEFAULT_LAYOUT
     max_length: int | None = None  # prompt + response tokens of one row
     truncation: Truncation = "split"
     skip_statuses: tuple[str, ...] = ("running",)  # sessions still being collected are not trained on

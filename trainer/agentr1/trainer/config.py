@@ -13,6 +13,34 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+__all__ = [
+    "ActorConfig",
+    "ActorRolloutRefConfig",
+    "AgentConfig",
+    "AlgorithmConfig",
+    "CriticOptimConfig",
+    "CriticSection",
+    "DEFAULT_LAYOUT",
+    "DataConfig",
+    "DistillConfig",
+    "JobConfig",
+    "JudgeConfig",
+    "Layout",
+    "OptimConfig",
+    "PolicyLossConfig",
+    "RewardSection",
+    "RolloutConfig",
+    "StoreSelection",
+    "TrainerSection",
+    "load_yaml",
+]
+
+# How a session's steps become training rows (agentr1.trainer.batch): one row per step, or prefix-merged
+# rows. The RL job, the SFT job and BatchConfig share this default; "merged" is what every job ran by default.
+Layout = Literal["merged", "per_step"]
+DEFAULT_LAYOUT: Layout = "merged"
+
+
 def load_yaml(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """A YAML config as a dict, with ``key.sub=value`` overrides (verl/Hydra style) applied."""
     raw = yaml.safe_load(Path(path).read_text()) or {}
@@ -147,7 +175,7 @@ class AlgorithmConfig(_Strict):
     lam: float = 1.0
     norm_adv_by_std_in_grpo: bool = True
     gigpo_step_weight: float = 1.0
-    layout: Literal["merged", "per_step"] = "merged"
+    layout: Layout = DEFAULT_LAYOUT
     # a task group with a failed member (agentr1.trainer.groups): drop it, or run the missing samples again
     incomplete_groups: Literal["drop", "resample"] = "drop"
     resample_attempts: int = Field(1, ge=1)  # rounds of resampling before an incomplete group is dropped
@@ -208,6 +236,9 @@ class PolicyLossConfig(_Strict):
 
 
 class OptimConfig(_Strict):
+    """The actor's optimizer. ``weight_decay`` 0.0 is what RL runs always used (the engine's
+    ``PolicyEngineConfig`` takes its default from here; SFT declares its own, 0.01, as verl's SFT does)."""
+
     lr: float = 1e-6
     weight_decay: float = 0.0
 

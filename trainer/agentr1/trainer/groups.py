@@ -161,7 +161,7 @@ class GroupCompleter:
                                    for k in range(need)))
             sample += need
             self.counts["groups/resampled_sessions"] += len(report.sessions)
-            scored, new_rewards = await asyncio.to_thread(trainer._score, report.sessions, tasks)
+            scored, new_rewards = await asyncio.to_thread(trainer.score, report.sessions, tasks)
             rewards.update(new_rewards)
             found += self._usable(scored, rewards)
         return found[:missing]

@@ -1,7 +1,9 @@
 """The training loop: setup -> train -> save/cleanup, one screen per phase.
 
-Each step: rollout (the agent through the gateway) -> reward (environment functions, stored) ->
-replay (exact-token rows from the store) -> advantages -> update (verl) -> weight sync.
+Each step: data (rollout through the gateway + reward, or stored sessions) -> replay (exact-token
+rows from the store) -> advantages -> update (verl) -> weight sync -> bookkeeping. There is one
+loop; where a step's sessions come from is its source (``agentr1.trainer.sources``): synchronous
+rollouts, the asynchronous producer (``trainer.mode: async``) or stored traces (``offline``).
 """
 
 from __future__ import annotations
@@ -11,34 +13,33 @@ import datetime as dt
 import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentr1.core import resolve_model
 from agentr1.sdk import configure
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.algorithms import AdvantageConfig, compute_advantages, get_adv_estimator
+from agentr1.trainer.async_loop import AsyncRollouts
 from agentr1.trainer.batch import BatchConfig, build_rows
 from agentr1.trainer.checkpoints import TrainerState, latest_checkpoint, save_checkpoint
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.distill import build_distiller
-from agentr1.trainer.offline import OfflineSource
-from agentr1.trainer.rewards import RewardConfig, SessionRewards
-from agentr1.trainer.rollout import AgentRunner, collect
+from agentr1.trainer.evaluate import Scorer, outcome_metrics, run_and_score
 from agentr1.trainer.groups import GroupCompleter
-from agentr1.trainer.scoring import build_reward_fns, score_sessions
+from agentr1.trainer.offline import OfflineSource, OfflineSteps
+from agentr1.trainer.rewards import SessionRewards
+from agentr1.trainer.rollout import AgentRunner
+from agentr1.trainer.serving import Serving, start_serving
+from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
 from agentr1.trainer.tasks import TaskSampler, load_tasks
 from agentr1.trainer.tracking import Tracker
 
+__all__ = ["StepData", "Trainer", "advantage_config", "engine_config"]
+
 log = logging.getLogger("agentr1.trainer")
-
-
-@dataclass
-class StepData:
-    sessions: list[SessionRecord]
-    rewards: dict[str, SessionRewards]
-    metrics: dict[str, float]
 
 
 class Trainer:
@@ -50,9 +51,7 @@ class Trainer:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from agentr1.core import resolve_model
-        from agentr1.trainer.engine.ray_engine import policy_engine_for
-        from agentr1.trainer.serving import start_serving
+        from agentr1.trainer.engine.ray_engine import policy_engine_for  # torch and verl: loaded here
 
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,19 +69,16 @@ class Trainer:
             # rollouts the interruption cut short stay running: mark them (they are never trained on)
             self.store.abandon_stale(dt.datetime.now(dt.UTC), run_id=self.state.run_id)
         self.store.ensure_run(self.state.run_id, cfg.run_name)
-        self.reward_config = RewardConfig(outcome_placement=cfg.reward.outcome_placement)
-        self.reward_fns = build_reward_fns(cfg.reward, self.store, self.state.run_id)  # functions (+ judge)
+        self.scorer = Scorer.for_job(cfg, self.store, self.state.run_id)  # reward functions (+ judge)
         self.groups = GroupCompleter(cfg)  # failed members: incomplete groups dropped or resampled
+        self.serving: Serving | None = None
         if cfg.offline is not None:  # train on stored sessions: no serving, no rollouts, no evaluation
             # the selection as of the run's first start, so the resumed cursor points at the same groups
             self.state.offline_as_of = self.state.offline_as_of or dt.datetime.now(dt.UTC).isoformat()
-            self.offline: OfflineSource | None = OfflineSource(
-                cfg.offline, cfg.data.train_batch_size, self.reward_config,
-                as_of=dt.datetime.fromisoformat(self.state.offline_as_of))
-            self.serving = None
+            offline = OfflineSource(cfg.offline, cfg.data.train_batch_size, self.scorer.reward_config,
+                                    as_of=dt.datetime.fromisoformat(self.state.offline_as_of))
             self.train_tasks, self.val_tasks = [], []
         else:
-            self.offline = None
             self.train_tasks = load_tasks(cfg.data, "train")  # bad task files fail before any server starts
             self.val_tasks = load_tasks(cfg.data, "val") if (cfg.data.val_files or cfg.data.generator) else []
             # the gateway in front of the embedded engine or SGLang / vLLM servers (rollout.name)
@@ -96,14 +92,22 @@ class Trainer:
                                    position=self.state.sampler_position)
         self.tracker = Tracker(self.out_dir, cfg.trainer.total_training_steps, start_step=self.state.step,
                                quiet=self.quiet)
+        self.source: StepSource = (OfflineSteps(self, offline) if cfg.offline is not None
+                                   else AsyncRollouts(self, self.out_dir) if cfg.trainer.mode == "async"
+                                   else SyncRollouts(self))
+
+    @property
+    def reward_fns(self) -> dict[str, Callable[..., Any]]:
+        return self.scorer.reward_fns
+
+    def score(self, session_ids: list[str], tasks: dict[str, dict[str, Any]]
+              ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
+        """The reward stage over finished sessions (stored), and every session's r_t."""
+        return self.scorer.score(session_ids, tasks)
 
     # -- train --------------------------------------------------------------------------------
 
     def train(self) -> dict[str, float]:
-        if self.config.trainer.mode == "async":
-            from agentr1.trainer.async_loop import AsyncTrainLoop
-
-            return asyncio.run(AsyncTrainLoop(self).run())
         return asyncio.run(self._train())
 
     async def _train(self) -> dict[str, float]:
@@ -114,20 +118,24 @@ class Trainer:
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=workers))
         if self.state.step == 0 and self.val_tasks:
             self.tracker.log(0, await self.evaluate())
-        while self.state.step < cfg.total_training_steps:
-            step = self.state.step + 1
-            started = time.monotonic()
-            # 1-2. rollout and reward: new sessions of the current policy (or stored ones, offline)
-            data = self._offline_data() if self.offline is not None else await self._rollout(step)
-            metrics = await self._learn(data)
-            metrics["perf/step_s"] = time.monotonic() - started
-            await self._end_step(step, metrics)
-            last = metrics
+        await self.source.start()
+        try:
+            while self.state.step < cfg.total_training_steps:
+                step = self.state.step + 1
+                started = time.monotonic()
+                data = await self.source.take(step)  # 1-2. rollout and reward (or stored sessions)
+                metrics = await self.learn(data)
+                self.source.after_update(step, data, metrics)
+                metrics["perf/step_s"] = time.monotonic() - started
+                await self.end_step(step, metrics)
+                last = metrics
+        finally:
+            await self.source.close()
         return last
 
-    async def _learn(self, data: StepData) -> dict[str, float]:
-        """Steps 3-6 of a training step (shared with the asynchronous loop): rows, advantages,
-        update, weight sync. Returns the step's metrics (``data.metrics`` included)."""
+    async def learn(self, data: StepData) -> dict[str, float]:
+        """Steps 3-6 of a training step: rows, advantages, update, weight sync. Returns the step's
+        metrics (``data.metrics`` included)."""
         # 3. replay: exact-token rows from the stored steps
         batch = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
                                                       max_length=self.config.actor_rollout_ref.actor.max_length),
@@ -157,9 +165,8 @@ class Trainer:
             self.state.policy_version += 1
         return metrics
 
-    async def _end_step(self, step: int, metrics: dict[str, float]) -> None:
-        """Bookkeeping after an update (shared with the asynchronous loop): state, evaluation,
-        metrics, checkpoint."""
+    async def end_step(self, step: int, metrics: dict[str, float]) -> None:
+        """Bookkeeping after an update: state, evaluation, metrics, checkpoint."""
         cfg = self.config.trainer
         metrics["policy_version"] = float(self.state.policy_version)
         self.state.step, self.state.sampler_position = step, self.sampler.position
@@ -171,48 +178,14 @@ class Trainer:
         if (cfg.save_freq and step % cfg.save_freq == 0) or step == cfg.total_training_steps:
             save_checkpoint(self.out_dir, self.engine, self.state)
 
-    async def _rollout(self, step: int) -> StepData:
-        rollout = self.config.actor_rollout_ref.rollout
-        assert self.runner is not None
-        tasks = self.sampler.take(self.config.data.train_batch_size)
-        self.tracker.status(f"rollout: {len(tasks)} tasks x {rollout.n}")
-        report = await collect(self.runner, tasks, n=rollout.n, run_id=self.state.run_id, step=step,
-                               max_concurrency=rollout.max_concurrency)
-        for error in report.errors:
-            log.warning("rollout failure: %s", error)
-        sessions, rewards = await asyncio.to_thread(self._score, report.sessions, {t["id"]: t for t in tasks})
-        sessions, rewards = await self.groups.complete(self, {t["id"]: t for t in tasks}, sessions, rewards, step=step)
-        min_version = self.state.policy_version - rollout.max_staleness
-        fresh = [s for s in sessions if s.status == "finished" and s.policy_version >= min_version]
-        outcomes = [rewards[s.id].outcome for s in fresh]
-        return StepData(fresh, {s.id: rewards[s.id] for s in fresh}, {
-            "rollout/sessions": float(len(report.sessions)), "rollout/failed": float(report.failed),
-            "rollout/timed_out": float(report.timed_out), "rollout/stale": float(len(sessions) - len(fresh)),
-            "rollout/seconds": report.seconds,
-            "reward/mean": sum(outcomes) / len(outcomes) if outcomes else 0.0,
-            "success/train": sum(o > 0 for o in outcomes) / len(outcomes) if outcomes else 0.0,
-        })
-
-    def _score(self, session_ids: list[str], tasks: dict[str, dict[str, Any]]
-               ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
-        return score_sessions(self.store, session_ids, tasks, self.reward_fns, self.reward_config)
-
-    def _offline_data(self) -> StepData:
-        assert self.offline is not None
-        sessions, rewards, metrics = self.offline.take(self.state.offline_cursor)
-        self.state.offline_cursor += self.config.data.train_batch_size
-        return StepData(sessions, rewards, metrics)
-
     async def evaluate(self) -> dict[str, float]:
         """Held-out success: one sample per validation task with the current policy."""
         self.tracker.status(f"evaluating on {len(self.val_tasks)} held-out tasks")
         assert self.runner is not None
-        report = await collect(self.runner, self.val_tasks, n=1, run_id=f"{self.state.run_id}-eval", step=self.state.step,
-                               max_concurrency=self.config.actor_rollout_ref.rollout.max_concurrency)
-        sessions, rewards = await asyncio.to_thread(self._score, report.sessions, {t["id"]: t for t in self.val_tasks})
-        outcomes = [rewards[s.id].outcome if s.status == "finished" else 0.0 for s in sessions]
-        return {"success/val": sum(o > 0 for o in outcomes) / max(1, len(outcomes)),
-                "reward/val": sum(outcomes) / max(1, len(outcomes))}
+        scored = await run_and_score(self.runner, self.val_tasks, self.scorer, n=1, run_id=f"{self.state.run_id}-eval",
+                                     step=self.state.step,
+                                     max_concurrency=self.config.actor_rollout_ref.rollout.max_concurrency)
+        return outcome_metrics(scored.sessions, scored.rewards, success_key="success/val", reward_key="reward/val")
 
     # -- save / cleanup -----------------------------------------------------------------------
 

@@ -15,6 +15,9 @@ import itertools
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.config import StoreSelection
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
+from agentr1.trainer.sources import StepData, StepSource, TrainerContext
+
+__all__ = ["OfflineSource", "OfflineSteps", "select_groups"]
 
 
 def select_groups(store: TraceStore, sel: StoreSelection, *, as_of: dt.datetime | None = None
@@ -73,3 +76,18 @@ class OfflineSource:
             "offline/epoch": (cursor + len(chosen)) / len(self.groups),
             "reward/mean": sum(outcomes) / len(outcomes) if outcomes else 0.0,
         }
+
+
+class OfflineSteps(StepSource):
+    """The training loop's ``offline`` source: the next groups of the selection at the trainer's
+    checkpointed cursor (``state.offline_cursor``)."""
+
+    def __init__(self, trainer: TrainerContext, selection: OfflineSource) -> None:
+        super().__init__(trainer)
+        self.selection = selection
+
+    async def take(self, step: int) -> StepData:
+        state = self.trainer.state
+        sessions, rewards, metrics = self.selection.take(state.offline_cursor)
+        state.offline_cursor += self.selection.batch_size
+        return StepData(sessions, rewards, metrics)

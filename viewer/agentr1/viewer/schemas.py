@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import typing
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
+
+from agentr1.store import StepRecord
 
 T = TypeVar("T")
 
@@ -91,21 +95,33 @@ class RewardView(BaseModel):
     source: str
 
 
-class StepView(BaseModel):
-    index: int
-    parent_index: int | None = None
-    policy_version: int = 0
-    model: str = ""
-    backend: str = ""
-    trainable: bool = True
-    finish_reason: str | None = None
-    drift: bool = False
-    latency_ms: float | None = None
-    reward: float | None = None
-    sampling: dict[str, Any] = Field(default_factory=dict)
-    tools: list[Any] | None = None
-    messages_sent: list[Any] = Field(default_factory=list)
-    messages_seen: list[Any] = Field(default_factory=list)
+# the step's own fields shown by the viewer: types and defaults come from agentr1.store.StepRecord
+SHOWN_STEP_FIELDS = ("index", "parent_index", "policy_version", "model", "backend", "trainable", "finish_reason",
+                     "drift", "latency_ms", "reward", "sampling", "tools", "messages_sent", "messages_seen", "action",
+                     "feedback_messages")
+
+
+def _record_fields(names: tuple[str, ...]) -> dict[str, Any]:
+    hints = typing.get_type_hints(StepRecord)
+    fields = {f.name: f for f in dataclasses.fields(StepRecord)}
+    return {name: (hints[name], Field(default_factory=fields[name].default_factory)
+                   if fields[name].default_factory is not dataclasses.MISSING
+                   else fields[name].default if fields[name].default is not dataclasses.MISSING else ...)
+            for name in names}
+
+
+StepFields = create_model("StepFields", **_record_fields(SHOWN_STEP_FIELDS))  # type: ignore[call-overload]
+
+
+def step_fields(step: StepRecord) -> dict[str, Any]:
+    """The shown fields of a stored step, as :class:`StepView` takes them."""
+    return {name: getattr(step, name) for name in SHOWN_STEP_FIELDS}
+
+
+class StepView(StepFields):  # type: ignore[misc, valid-type]
+    """A step as the viewer's API shows it: its own fields (:data:`SHOWN_STEP_FIELDS`) and what the
+    viewer computes from them."""
+
     seen_differs: bool = False  # the context policy changed what the model saw
     seen_diff: list[int] = Field(default_factory=list)  # positions in messages_seen the agent did not send
     n_dropped: int = 0  # sent messages the model did not see

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentr1.store import DEFAULT_DB
+
 
 @dataclass(slots=True)
 class ViewerSettings:
-    db: str = "sqlite:///agentr1.db"  # the trace store (read only)
+    db: str = DEFAULT_DB  # the trace store (read only)
     runs_dir: str | None = None  # trainer output folders (metrics.jsonl, checkpoints/)
     tokenizer: str | None = None  # a model directory to decode token ids with
     gateway_url: str | None = None  # the gateway the chat page talks to

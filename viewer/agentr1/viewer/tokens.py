@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1.store import SessionRecord, StepRecord
-from agentr1.viewer.schemas import RowsView, RowView, SessionDetail, StepView, Token
+from agentr1.viewer.schemas import RowsView, RowView, SessionDetail, StepView, Token, step_fields
 
 log = logging.getLogger("agentr1.viewer")
 
@@ -95,13 +95,9 @@ def step_view(step: StepRecord, previous: StepRecord | None, tokenizers: Tokeniz
         if extends:
             new_obs = len(step.observation_ids) - len(before)
     return StepView(
-        index=step.index, parent_index=step.parent_index, policy_version=step.policy_version, model=step.model,
-        backend=step.backend, trainable=step.trainable, finish_reason=step.finish_reason, drift=step.drift,
-        latency_ms=step.latency_ms, reward=step.reward, sampling=step.sampling or {}, tools=step.tools,
-        messages_sent=step.messages_sent or [], messages_seen=seen, seen_differs=bool(seen) and seen != sent,
-        seen_diff=diff, n_dropped=dropped,
-        action=step.action or {}, feedback_messages=step.feedback_messages, n_observation=len(step.observation_ids),
-        n_new_observation=new_obs, n_feedback=len(step.feedback_ids) if step.feedback_ids is not None else None,
+        **step_fields(step), seen_differs=bool(seen) and seen != sent, seen_diff=diff, n_dropped=dropped,
+        n_observation=len(step.observation_ids), n_new_observation=new_obs,
+        n_feedback=len(step.feedback_ids) if step.feedback_ids is not None else None,
         extends_previous=extends, action_tokens=tokens,
     )
 

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentr1.trainer.config import OptimConfig
+
 __all__ = ["KL_LOSS_TYPES", "LOSS_AGG_MODES", "PolicyEngineConfig"]
 
 # verl.trainer.ppo.core_algos.kl_penalty_forward; a trailing "+" (e.g. "k3+") uses k2's gradient.
@@ -27,7 +29,7 @@ class PolicyEngineConfig:
     optimizer_impl: str = "torch.optim"
     override_optimizer_config: dict[str, Any] | None = None  # extra constructor arguments (eps, ...)
     lr: float = 1e-6
-    weight_decay: float = 0.01
+    weight_decay: float = OptimConfig.model_fields["weight_decay"].default  # the RL job's (one source)
     betas: tuple[float, float] = (0.9, 0.999)
     clip_grad: float = 1.0
     lr_warmup_steps: int = 0

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentr1.trainer.config import load_yaml
+from agentr1.trainer.config import DEFAULT_LAYOUT, Layout, load_yaml
 
 
 class _Strict(BaseModel):
@@ -32,7 +32,7 @@ class SFTData(_Strict):
     best_per_group: int = 0  # keep the k sessions with the highest outcome reward per group (0: all)
     group_by: Literal["group", "task"] = "group"  # the group of best_per_group: group_id, or task_id across runs
     text_steps: Literal["skip", "render"] = "skip"  # steps of external models (text, no ids): render them once
-    layout: Literal["merged", "per_step"] = "merged"
+    layout: Layout = DEFAULT_LAYOUT
     max_length: int = 4096  # prompt + response tokens of one row
     truncation: Literal["split", "drop", "error"] = "error"
     train_batch_size: int = 8  # rows per optimizer step

@@ -1,0 +1,107 @@
+"""Where a training step's sessions come from: the one swappable part of the training loop.
+
+The loop (:class:`agentr1.trainer.loop.Trainer`) is the same for every source: take a step's data,
+learn from it (rows, advantages, verl update, weight sync), end the step (state, evaluation,
+metrics, checkpoint). A source is a :class:`StepSource`:
+
+- :class:`SyncRollouts` (``trainer.mode: sync``): the step's tasks are rolled out now with the
+  current policy, scored and completed (``agentr1.trainer.groups``);
+- :class:`agentr1.trainer.async_loop.AsyncRollouts` (``trainer.mode: async``): a producer keeps
+  rollouts running during updates; a step takes the next complete, fresh groups;
+- :class:`agentr1.trainer.offline.OfflineSteps` (``offline``): sessions already in a store.
+
+A source sees the trainer only through :class:`TrainerContext`: its public attributes and methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentr1.store import SessionRecord
+from agentr1.trainer.evaluate import outcome_metrics
+from agentr1.trainer.rewards import SessionRewards
+from agentr1.trainer.rollout import collect
+
+if TYPE_CHECKING:
+    from agentr1.trainer.checkpoints import TrainerState
+    from agentr1.trainer.config import JobConfig
+    from agentr1.trainer.groups import GroupCompleter
+    from agentr1.trainer.rollout import AgentRunner
+    from agentr1.trainer.tasks import TaskSampler
+    from agentr1.trainer.tracking import Tracker
+
+__all__ = ["StepData", "StepSource", "SyncRollouts", "TrainerContext"]
+
+log = logging.getLogger("agentr1.trainer")
+
+
+@dataclass
+class StepData:
+    """One step's training data: scored sessions, their rewards, and the source's metrics."""
+
+    sessions: list[SessionRecord]
+    rewards: dict[str, SessionRewards]
+    metrics: dict[str, float]
+
+
+class TrainerContext(Protocol):
+    """What a source may use of the trainer (public attributes of :class:`agentr1.trainer.loop.Trainer`)."""
+
+    config: JobConfig
+    state: TrainerState
+    runner: AgentRunner | None
+    sampler: TaskSampler
+    groups: GroupCompleter
+    tracker: Tracker
+
+    def score(self, session_ids: list[str], tasks: dict[str, dict[str, Any]]
+              ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]: ...
+
+
+class StepSource:
+    """The data of each training step; the hooks default to doing nothing."""
+
+    def __init__(self, trainer: TrainerContext) -> None:
+        self.trainer = trainer
+
+    async def start(self) -> None:
+        """Called once before the first step (after the step-0 evaluation)."""
+
+    async def take(self, step: int) -> StepData:
+        """The data of training step ``step`` (1-based)."""
+        raise NotImplementedError
+
+    def after_update(self, step: int, data: StepData, metrics: dict[str, float]) -> None:
+        """Called after the update of ``step``: the source may add metrics or write its records."""
+
+    async def close(self) -> None:
+        """Called once when training ends (also on errors)."""
+
+
+class SyncRollouts(StepSource):
+    """Each step rolls out ``data.train_batch_size`` tasks x ``rollout.n`` with the current policy."""
+
+    async def take(self, step: int) -> StepData:
+        t = self.trainer
+        rollout = t.config.actor_rollout_ref.rollout
+        assert t.runner is not None
+        tasks = t.sampler.take(t.config.data.train_batch_size)
+        by_id = {task["id"]: task for task in tasks}
+        t.tracker.status(f"rollout: {len(tasks)} tasks x {rollout.n}")
+        report = await collect(t.runner, tasks, n=rollout.n, run_id=t.state.run_id, step=step,
+                               max_concurrency=rollout.max_concurrency)
+        for error in report.errors:
+            log.warning("rollout failure: %s", error)
+        sessions, rewards = await asyncio.to_thread(t.score, report.sessions, by_id)
+        sessions, rewards = await t.groups.complete(t, by_id, sessions, rewards, step=step)
+        min_version = t.state.policy_version - rollout.max_staleness
+        fresh = [s for s in sessions if s.status == "finished" and s.policy_version >= min_version]
+        return StepData(fresh, {s.id: rewards[s.id] for s in fresh}, {
+            "rollout/sessions": float(len(report.sessions)), "rollout/failed": float(report.failed),
+            "rollout/timed_out": float(report.timed_out), "rollout/stale": float(len(sessions) - len(fresh)),
+            "rollout/seconds": report.seconds,
+            **outcome_metrics(fresh, rewards, success_key="success/train", reward_key="reward/mean"),
+        })
