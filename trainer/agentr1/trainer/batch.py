@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agentr1.store import SessionRecord, StepRecord, superseded_steps
+from agentr1.store import SessionRecord, StepRecord, image_refs, superseded_steps
 from agentr1.sdk import ANCHOR_PREFIX
 from agentr1.trainer.config import DEFAULT_LAYOUT, Layout
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
@@ -328,6 +328,8 @@ def _row(session: SessionRecord, steps: list[_Step], rewards: SessionRewards) ->
         outcome_reward=rewards.outcome,
         anchor_keys=[st.anchor for st in steps],
         has_old_logprobs=all(st.has_logprobs for st in steps),
+        # the row's sequence is its last step's observation + action: that step's images, in order
+        images=tuple(image_refs(steps[-1].record.messages_seen)),
     )
 
 

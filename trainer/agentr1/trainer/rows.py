@@ -39,6 +39,7 @@ class TrainRow:
     anchor_keys: list[str] = field(default_factory=list)  # per segment: hash of the step's observation (GiGPO)
     values: list[float] = field(default_factory=list)  # critic values, response-aligned (gae, steppo); set by caller
     has_old_logprobs: bool = True  # False when a step of the row came without rollout logprobs (zeros stand in)
+    images: tuple[str, ...] = ()  # sha256 of the row's images in sequence order (vision-language models)
 
     @property
     def length(self) -> int:

@@ -48,6 +48,8 @@ class PaddedBatch:
     response_lengths: list[int]
     has_rollout_log_probs: torch.Tensor  # (B,) bool: False where the serving engine gave no log-probs
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # response-aligned (B, R) floats
+    # per row, what verl passes to the model besides the ids (pixel_values ...; {} for text rows); None: text model
+    multi_modal_inputs: list[dict[str, torch.Tensor]] | None = None
 
     def __len__(self) -> int:
         return int(self.prompts.shape[0])
@@ -72,6 +74,8 @@ class PaddedBatch:
             response_lengths=[self.response_lengths[i] for i in idx.tolist()],
             has_rollout_log_probs=self.has_rollout_log_probs[idx],
             extra={k: v[idx] for k, v in self.extra.items()},
+            multi_modal_inputs=(None if self.multi_modal_inputs is None
+                                else [self.multi_modal_inputs[i] for i in idx.tolist()]),
         )
 
     def to_tensordict(self, *, keys: Sequence[str] = (), sequence_loss_mask: bool = False, **non_tensor: Any) -> Any:
@@ -95,6 +99,8 @@ class PaddedBatch:
         for key in keys:
             tensors[key] = self.extra[key]
         td = left_right_2_no_padding(tu.get_tensordict(tensors))
+        if self.multi_modal_inputs is not None:  # verl's engines read it per micro-batch (extract_multi_modal_inputs)
+            td["multi_modal_inputs"] = tu.get_tensordict({"m": list(self.multi_modal_inputs)})["m"]
         if sequence_loss_mask:
             full = torch.cat([self.response_mask.new_zeros(self.prompts.shape), self.response_mask], dim=1)
             values = full[self.attention_mask.bool()]  # row-major, as left_right_2_no_padding packs input_ids

@@ -41,6 +41,7 @@ from ._platform import prepare_verl
 from .batch import PaddedBatch, pad_rows, split_rows
 from .config import PolicyEngineConfig
 from .export import save_hf_directory
+from .multimodal import RowImageInputs
 from .verl_model import VerlModel
 
 if TYPE_CHECKING:
@@ -135,6 +136,9 @@ class LocalPolicyEngine:
         self.critic_version = 0
         self.sync_dir = Path(sync_dir) if sync_dir else None  # weights for remote servers (None: a temp dir)
         self._generator = torch.Generator().manual_seed(config.data_loader_seed)
+        # a vision-language model: rows carry image hashes, read from the trace store's images
+        self.image_store: Any = None  # the loop sets ``store.images``; anything with get(sha256) -> bytes
+        self.image_inputs = RowImageInputs.for_model(self.model_path, self._read_image)
         log.info("policy engine on %s ready in %.1f s", self.device, time.perf_counter() - started)
 
     @property
@@ -143,8 +147,16 @@ class LocalPolicyEngine:
 
     # -- log-probs, values ----------------------------------------------------------------
 
+    def _read_image(self, sha256: str) -> bytes:
+        if self.image_store is None:
+            raise KeyError("this policy engine has no image store (set engine.image_store = store.images)")
+        return bytes(self.image_store.get(sha256))
+
     def _pad(self, rows: Sequence[TrainRow], **need: bool) -> PaddedBatch:
-        return pad_rows(rows, pad_id=self.pad_token_id, **need)
+        batch = pad_rows(rows, pad_id=self.pad_token_id, **need)
+        if self.image_inputs is not None:
+            batch.multi_modal_inputs = self.image_inputs.for_rows(rows)
+        return batch
 
     def compute_logprobs(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> list[list[float]]:
         """The current policy's log-probs of each row's response tokens (0.0 where the mask is 0)."""
