@@ -93,8 +93,10 @@ def main() -> None:
 
     import uvicorn
 
+    from agentr1.gateway.server import uvicorn_options
+
     if args.kind == "floor":
-        uvicorn.run(floor_app(args.port), host="127.0.0.1", port=args.port, log_level="warning")
+        uvicorn.run(floor_app(args.port), host="127.0.0.1", port=args.port, log_level="warning", **uvicorn_options())
         return
 
     from agentr1.core.models import resolve_model
@@ -110,7 +112,7 @@ def main() -> None:
         renderer = load_renderer(resolve_model(args.model))
         backend = InstantBackend(renderer.tokenizer, "4", model_name="bench")
     app = create_app(settings, backend=backend, renderer=renderer)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", **uvicorn_options(settings))
 
 
 if __name__ == "__main__":
