@@ -8,7 +8,7 @@ A session that ends with an exception is marked ``failed`` by the SDK; the first
 - ``backend``: the model could not be reached or failed to answer (openai's connection errors and
   5xx answers, the gateway unreachable or answering with an error);
 - ``environment``: a tool, tool server, sandbox or environment failed (:class:`EnvironmentFailure`,
-  connection errors of the agent's own HTTP calls);
+  connection errors and 5xx answers of the agent's own HTTP calls);
 - ``cancelled``: the run was cancelled (the trainer stopped);
 - ``agent``: anything else: a bug of the agent itself.
 
@@ -66,6 +66,9 @@ def _kind_of_one(exc: BaseException) -> str | None:
         return "timeout"
     if isinstance(exc, ConnectionError) or (module == "httpx" and "TransportError" in names):
         return "environment"  # the agent's own HTTP calls (tools, sandboxes); model calls go through openai
+    if module == "httpx" and "HTTPStatusError" in names:
+        status = int(getattr(getattr(exc, "response", None), "status_code", 0) or 0)
+        return "environment" if status >= 500 else None  # a tool server's 5xx; a 4xx is the caller's request
     return None
 
 

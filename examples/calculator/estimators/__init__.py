@@ -1,0 +1,1 @@
+"""Recipes: the calculator tool task with each registered advantage estimator (see README.md)."""
