@@ -20,7 +20,7 @@ from typing import Any
 
 from agentr1.core import resolve_model
 from agentr1.sdk import configure
-from agentr1.store import SessionRecord, TraceStore
+from agentr1.store import ImageStore, SessionRecord, TraceStore, normalize_url
 from agentr1.trainer.algorithms import AdvantageConfig, compute_advantages, get_adv_estimator
 from agentr1.trainer.async_loop import AsyncRollouts
 from agentr1.trainer.batch import BatchConfig, build_rows
@@ -43,10 +43,10 @@ log = logging.getLogger("agentr1.trainer")
 
 
 class Trainer:
+    """One RL job: :meth:`setup`, :meth:`train` (the loop over its :attr:`source`), :meth:`close`."""
+
     def __init__(self, config: JobConfig, *, quiet: bool = False) -> None:
-        self.config = config
-        self.quiet = quiet
-        self.out_dir = Path(config.trainer.default_local_dir)
+        self.config, self.quiet, self.out_dir = config, quiet, Path(config.trainer.default_local_dir)
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -61,6 +61,9 @@ class Trainer:
         resume = latest_checkpoint(self.out_dir) if cfg.trainer.resume else None
         self.state = TrainerState.load(resume) if resume else TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
         self.engine = policy_engine_for(self.model_path, engine_config(cfg), cfg.trainer)
+        # rows of a vision-language model name their images by hash: read them where the sessions are stored
+        self.engine.image_store = (ImageStore.for_database(normalize_url(cfg.offline.db)) if cfg.offline is not None
+                                   else self.store.images)
         serve_from = self.model_path
         if resume is not None:
             self.engine.load_checkpoint(resume / "engine")
