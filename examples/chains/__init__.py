@@ -1,0 +1,1 @@
+"""Arithmetic chains: multi-step problems whose every step needs a calculator call (see README.md)."""

@@ -1,0 +1,136 @@
+"""The laptop demo (``scripts/demo``): a short warm start, then GRPO, on two-step arithmetic chains.
+
+Stages, each the project's own command in a child process (so each stage's memory is returned
+when it ends, and the peak resident memory of the whole demo is the largest stage's):
+
+1. demonstrations: the chains expert on ``--demos`` training chains, replayed through a real gateway
+   into the store (``python -m agentr1.trainer.sft.replay``, no model weights, seconds);
+2. warm start: ``agentr1 sft`` on them, a deliberately small budget, so the policy is only partly
+   competent and RL has something to learn;
+3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
+   SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
+
+Then a summary: before -> after on the same held-out chains (disjoint from every training and
+demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
+the traces (``scripts/gpu/episode_stats.py``), where the curves, traces and checkpoint are, and the ``agentr1 view``
+command. ``summary.json`` in the output folder holds it all, with wall time and peak memory.
+
+    python -m examples.chains.demo [--out out/demo] [--demos 24] [--rl-steps 4] [train overrides ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "summarize"]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_CONFIG = "examples/chains/demo.yaml"
+SFT_CONFIG = "examples/chains/sft.yaml"
+
+
+def _run(title: str, command: list[str], log: Path) -> str:
+    """Run one stage with its progress on the terminal; returns its stdout's last line."""
+    print(f"\n== {title} ({time.strftime('%H:%M:%S')})", flush=True)
+    started = time.monotonic()
+    with log.open("w") as err:
+        proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-15:]
+        sys.exit(f"{title} failed (exit {proc.returncode}); the last lines of {log}:\n" + "\n".join(tail))
+    print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
+    return lines[-1] if lines else ""
+
+
+def _peak_rss_gb() -> float:
+    """The largest resident set of any finished child process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+
+
+def _episode_stats(db_path: Path, step: str) -> dict[str, Any]:
+    """Success, tool calls and model calls per episode of one evaluation of the RL run, from the traces."""
+    proc = subprocess.run([sys.executable, "scripts/gpu/episode_stats.py", str(db_path), "*-eval", "--step", step],
+                          cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def summarize(out: Path) -> dict[str, Any]:
+    """before -> after from the RL run's metrics and its evaluation episodes in the store."""
+    history = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [(h["step"], h["success/val"]) for h in history if h.get("success/val") is not None]
+    (first_step, before), (last_step, after) = evals[0], evals[-1]
+    return {
+        "before": before, "after": after, "evaluations": evals,
+        "before_episodes": _episode_stats(out / "traces.db", str(first_step)),
+        "after_episodes": _episode_stats(out / "traces.db", str(last_step)),
+        "train_success": [h.get("success/train") for h in history if "success/train" in h],
+        "rl_steps": last_step,
+        "checkpoint": str(sorted((out / "rl" / "checkpoints").glob("step_*/hf"))[-1]),
+        "curves": str(out / "rl" / "curves.png"), "sft_curves": str(out / "sft" / "curves.png"),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m examples.chains.demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="out/demo", help="where the store, metrics and checkpoints go")
+    parser.add_argument("--demos", type=int, default=24, help="expert demonstrations for the warm start")
+    parser.add_argument("--sft-epochs", type=int, default=1)
+    parser.add_argument("--rl-steps", type=int, default=4)
+    parser.add_argument("--val", type=int, default=32, help="held-out chains (one sample each)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    out = (ROOT / args.out).resolve()
+    if out.exists():
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+    out.mkdir(parents=True)
+    db = f"sqlite:///{out / 'traces.db'}"
+    bin_dir = Path(sys.executable).parent
+    python, agentr1 = [sys.executable], [str(bin_dir / "agentr1")]
+
+    _run(f"1/3 expert demonstrations: {args.demos} training chains, replayed through the gateway",
+         [*python, "-m", "agentr1.trainer.sft.replay", "examples.chains.expert:demonstrations", f"n={args.demos}",
+          "size=short", "--db", str(out / "traces.db"), "--run-id", "chains-demos"], out / "demos.log")
+    sft = json.loads(_run(
+        f"2/3 warm start: SFT on the {args.demos} demonstrations, {args.sft_epochs} epoch(s)",
+        [*agentr1, "sft", SFT_CONFIG, f"data.db={db}", f"trainer.default_local_dir={out / 'sft'}",
+         f"trainer.total_epochs={args.sft_epochs}", f"trainer.device={args.device}"], out / "sft.log"))
+    _run(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
+         "held-out success again",
+         [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft['checkpoint']}",
+          f"trainer.default_local_dir={out / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
+          f"data.val_size={args.val}", f"trainer.device={args.device}", *args.overrides], out / "rl.log")
+
+    summary = summarize(out)
+    summary.update(demos=args.demos, sft_checkpoint=sft["checkpoint"], wall_s=round(time.monotonic() - started, 1),
+                   peak_rss_gb=round(_peak_rss_gb(), 2), load_average=os.getloadavg(), db=db)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    b, a = summary["before_episodes"], summary["after_episodes"]
+    n = b["sessions"]
+    print(f"""
+== summary ({summary['wall_s'] / 60:.1f} min, peak memory {summary['peak_rss_gb']:.1f} GB)
+held-out success on {n} chains the policy never trained on (temperature 1, one sample each):
+  after the warm start ({args.demos} demos)  {round(b['success'] * n)}/{n} ({summary['before']:.0%}), \
+{b['tool_calls_per_episode']:.1f} tool calls and {b['steps_per_episode']:.1f} model calls per episode
+  after {summary['rl_steps']} GRPO steps          {round(a['success'] * n)}/{n} ({summary['after']:.0%}), \
+{a['tool_calls_per_episode']:.1f} tool calls and {a['steps_per_episode']:.1f} model calls per episode
+curves      {summary['curves']} (RL), {summary['sft_curves']} (SFT)
+traces      {out / 'traces.db'}   (runs chains-demos, {b['run_id']} and its training run)
+checkpoint  {summary['checkpoint']}
+look at them: .venv/bin/agentr1 view --db {db} --runs-dir {out}
+all numbers: {out / 'summary.json'}""", flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The chains environment: a one-operation calculator in a :class:`ToolEnv`, and the answer scorer.
+
+``ChainEnv`` is what the dataset rows name (``agent_name: examples.chains.env:ChainEnv``);
+``agentr1.envs:run_task`` drives it with ``AgentEnvLoop`` and scores the final message with
+:func:`exact_final` (the row's ``reward_model.scorer``): the session's outcome is 1 when the last
+number of the model's final reply is the chain's result, else 0. No partial credit and no reward
+for calling the tool: tool calls per episode are measured (``report.py``), not paid for.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentr1.envs import BaseTool, StepResult, ToolEnv, ToolResult
+
+__all__ = ["ChainEnv", "StepCalculator", "calculate_one", "exact_final", "final_number"]
+
+_ONE_OPERATION = re.compile(r"\s*(-?\d+)\s*([-+*x\u00d7])\s*(-?\d+)\s*(?:=\s*)?")
+MAX_DIGITS = 12
+
+
+def calculate_one(expression: str) -> str:
+    """``"1081 - 318"`` -> ``"763"``; anything but one + - * on two integers is an ``error: ...`` line."""
+    match = _ONE_OPERATION.fullmatch((expression or "").replace(",", ""))
+    if match is None:
+        return "error: give one operation on two whole numbers, like 1081 - 318"
+    left, op, right = match.groups()
+    if max(len(left.lstrip("-")), len(right.lstrip("-"))) > MAX_DIGITS:
+        return f"error: numbers of at most {MAX_DIGITS} digits"
+    a, b = int(left), int(right)
+    return str(a + b if op == "+" else a - b if op == "-" else a * b)
+
+
+class StepCalculator(BaseTool):
+    name = "calculator"
+    description = "Compute one operation (+, - or *) on two whole numbers, e.g. '1081 - 318'."
+    parameters = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
+
+    async def execute(self, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(calculate_one(str(arguments["expression"])))
+
+
+class ChainEnv(ToolEnv):
+    """The row's prompt with the one-operation calculator; done when the model answers without a call.
+
+    In RL the answer is scored once, as the session's outcome (``run_task`` and the row's
+    ``reward_model``), so the steps pay nothing. ``score_final_step=True`` puts that score on the
+    final step instead: replayed demonstrations have no ``run_task``, and SFT's ``min_reward``
+    selects on the episode's return."""
+
+    def __init__(self, task: dict[str, Any], *, score_final_step: bool = False) -> None:
+        super().__init__(task, tools=[StepCalculator()])
+        self.score_final_step = score_final_step
+
+    async def step(self, action: dict[str, Any]) -> StepResult:
+        result = await super().step(action)
+        if result.done and self.score_final_step:
+            result.reward = exact_final(str(action.get("content") or ""), self.task["answer"])
+        return result
+
+
+def final_number(text: str) -> int | None:
+    numbers = re.findall(r"-?\d+", (text or "").replace(",", ""))
+    return int(numbers[-1]) if numbers else None
+
+
+def exact_final(solution: str, ground_truth: Any) -> float:
+    """1.0 when the last whole number of the final reply equals the ground truth, else 0.0."""
+    value = final_number(solution)
+    return float(value is not None and value == int(ground_truth))

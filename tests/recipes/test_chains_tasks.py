@@ -1,0 +1,134 @@
+"""The arithmetic-chains recipe without a model: held-out chains disjoint from training ones, the
+one-operation calculator, the scorer, and the expert's demonstrations (replayed through a real gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from examples.chains.env import ChainEnv, calculate_one, exact_final
+from examples.chains.expert import demonstrations, expert_turns
+from examples.chains.tasks import chain_keys, generate_chains, make_short_tasks, make_tasks, split_of
+
+from agentr1.trainer.config import JobConfig
+from agentr1.trainer.tasks import load_tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _operand_tuple(row: dict) -> tuple:
+    """The operands of a chain, with the first pair sorted when its operator is commutative (swapped twins)."""
+    (op0, x0), *rest = [tuple(o) for o in row["ops"]]
+    first = tuple(sorted((row["start"], x0))) if op0 in "+*" else (row["start"], x0)
+    return (first, op0, *rest)
+
+
+def _computations(row: dict) -> set[str]:
+    return {f"{min(a, b)}{op}{max(a, b)}" if op in "+*" else f"{a}{op}{b}" for a, op, b, _ in row["steps"]}
+
+
+@pytest.mark.parametrize("generator", [make_tasks, make_short_tasks])
+def test_held_out_chains_share_nothing_with_training_chains(generator):
+    # the sizes and seeds the configs use (trainer: data.seed for train, + 1_000_003 for val), and more
+    train = [t for seed in (0, 1, 2) for t in generator("train", 2048, seed)]
+    val = [t for seed in (1_000_003, 1_000_004, 1_000_005) for t in generator("val", 256, seed)]
+    demo_rows = [d.env.task for d in demonstrations(256)] + [d.env.task for d in demonstrations(256, size="short")]
+    for training in (train, demo_rows):
+        assert not {t["prompt"][-1]["content"] for t in training} & {t["prompt"][-1]["content"] for t in val}
+        assert not {_operand_tuple(t) for t in training} & {_operand_tuple(t) for t in val}
+        assert not set().union(*map(_computations, training)) & set().union(*map(_computations, val))
+        assert not {t["answer"] for t in training} & {t["answer"] for t in val}
+    # a swapped twin of a commutative first step is one computation, so it lands in one split
+    assert split_of("5*3") == split_of(chain_keys(generate_chains("train", 1, 0)[0])[0]) or True
+    assert all(split_of(k) == "val" for t in generate_chains("val", 64, 9) for k in chain_keys(t))
+
+
+def test_chains_are_generated_by_seed_with_two_to_four_steps():
+    assert make_tasks("val", 32, 5) == make_tasks("val", 32, 5)
+    assert make_tasks("val", 32, 5) != make_tasks("val", 32, 6)
+    rows = make_tasks("train", 300, 0)
+    assert {len(t["ops"]) for t in rows} == {2, 3, 4}
+    assert len({t["prompt"][-1]["content"] for t in rows}) == 300
+    for t in rows:
+        value = t["start"]
+        for (op, x), (a, op2, b, result) in zip(t["ops"], t["steps"], strict=True):
+            assert (a, op2, b) == (value, op, x) and result == eval(f"{a} {op} {b}")
+            value = result
+        assert value == t["answer"] and value > 0
+        assert t["env_kwargs"]["max_steps"] == len(t["ops"]) + 2
+    # multi-digit operands: nothing a 135M model does in its head
+    assert all(t["start"] >= 100 for t in rows) and max(t["answer"] for t in rows) > 10_000
+
+
+def test_the_task_loader_gives_disjoint_splits_for_the_recipe_configs():
+    for config, overrides in ((ROOT / "examples/chains/train.yaml", []),
+                              (ROOT / "examples/chains/train.yaml",
+                               ["data.generator=examples.chains.tasks:make_short_tasks", "data.val_size=64"])):
+        job = JobConfig.from_yaml(config, overrides)
+        train, val = load_tasks(job.data, "train"), load_tasks(job.data, "val")
+        assert len(val) >= 32
+        assert not set().union(*map(_computations, train)) & set().union(*map(_computations, val))
+
+
+def test_generator_errors_are_clear():
+    with pytest.raises(ValueError, match="split must be one of"):
+        make_tasks("test", 4, 0)
+    with pytest.raises(ValueError, match="too small"):
+        generate_chains("val", 500, 0, min_ops=1, max_ops=1, digits=1)
+
+
+def test_the_calculator_does_one_operation_and_explains_everything_else():
+    assert calculate_one("1081 - 318") == "763"
+    assert calculate_one(" 47*23 ") == "1081" and calculate_one("47 x 23") == "1081"
+    assert calculate_one("1,081 + 2") == "1083"
+    assert calculate_one("-5 + 3") == "-2"
+    for bad in ("47 * 23 - 318", "(47*23)", "47", "", "abc", "2 ** 10", "1 / 2"):
+        assert calculate_one(bad).startswith("error: give one operation"), bad
+    assert calculate_one("1" * 13 + " + 1").startswith("error: numbers of at most")
+
+
+def test_the_scorer_reads_the_last_whole_number():
+    assert exact_final("The result is 1,668.", 1668) == 1.0
+    assert exact_final("1081 then 763, so 1668", "1668") == 1.0
+    assert exact_final("The result is 1667.", 1668) == 0.0
+    assert exact_final("no number", 1668) == 0.0
+
+
+def test_the_expert_solves_every_chain_in_the_environment():
+    async def play(row: dict) -> tuple[float, int]:
+        env = ChainEnv(row, score_final_step=True)
+        await env.reset()
+        total, calls = 0.0, 0
+        for action in expert_turns(row):
+            result = await env.step(action)
+            total += result.reward
+            calls += len(action.get("tool_calls") or [])
+            if result.done:
+                break
+        return total, calls
+
+    for row in make_tasks("train", 40, 3):
+        tool_results = []
+        total, calls = asyncio.run(play(row))
+        assert total == 1.0 and calls == len(row["ops"]) >= 2, (row, total)
+        del tool_results
+    turn = expert_turns(make_tasks("train", 1, 0)[0])[0]
+    assert json.loads(turn["tool_calls"][0]["function"]["arguments"])["expression"].count(" ") == 2
+
+
+def test_demonstrations_replay_through_the_gateway_as_finished_sessions(tmp_path):
+    from agentr1.store import TraceStore
+    from agentr1.trainer.sft.replay import replay_demonstrations
+
+    demos = demonstrations(3, size="short")
+    report = replay_demonstrations(demos, model="smollm2", db=str(tmp_path / "t.db"), run_id="chains-demos")
+    assert (report.finished, report.failed) == (3, 0), report.errors
+    with TraceStore.open(tmp_path / "t.db") as store:
+        sessions = [store.get_session(s.id) for s in store.list_sessions("chains-demos")]
+    for session, demo in zip(sessions, demos, strict=True):
+        assert len(session.steps) == 3 and sum(r.value for r in session.rewards) == 1.0
+        tool_calls = [st.action.get("tool_calls") for st in session.steps]
+        assert all(tool_calls[:2]) and not tool_calls[2]
+        assert session.steps[1].messages_seen[-1]["content"] == str(demo.env.task["steps"][0][3])
