@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agentr1.core.rendering import MultimodalInputs
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -47,6 +50,11 @@ class GenerateRequest:
     sampling: SamplingParams
     request_id: str = ""
     session_id: str | None = None  # keeps a session on one server (prefix-cache hits) where there are several
+    # The prompt's images (a vision-language model): ``agentr1.core.rendering.MultimodalInputs`` with the
+    # images' sha256 in prompt order and the model's keyword inputs for them (``pixel_values``, ...), made
+    # once per image by the renderer. The prompt ids already hold the expanded image tokens. Only backends
+    # with ``accepts_images = True`` take such requests; the gateway refuses them (400) for the others.
+    multimodal: MultimodalInputs | None = None
 
 
 @dataclass(slots=True)
@@ -87,6 +95,7 @@ class Backend(Protocol):
     model_name: str  # the id served under /v1/models
     max_context: int  # prompt + completion tokens the model accepts
     trainable: bool  # False for external models without token ids
+    # (optional) True when ``GenerateRequest.multimodal`` is fed to the model; absent means False
 
     @property
     def policy_version(self) -> int: ...
