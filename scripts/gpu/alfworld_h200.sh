@@ -4,7 +4,7 @@
 # tests/recipes/test_alfworld_gen.py). Demonstrations: the searching planner expert on DEMOS training games.
 # Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh fetches it; carry it over several calls).
 #
-#   scripts/gpu/alfworld_h200.sh base | demos | sft SEED | rl SEED | all | summary   (scripts/gpu/stages.sh)
+#   scripts/gpu/alfworld_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (scripts/gpu/stages.sh)
 #
 # DEMOS sets how competent SFT leaves the policy (aim: 20-50% held-out, so RL has room); the defaults are a
 # first guess, not measured on the GPU yet.
@@ -15,5 +15,6 @@ TRAIN_CFG=examples/alfworld/generated/train_gpu.yaml
 SFT_CFG=examples/alfworld/generated/sft.yaml
 DEMOS_FN=examples.alfworld.generated.sft_demos:demonstrations
 DEMOS=${DEMOS:-120} EPOCHS=${EPOCHS:-2} RL_STEPS=${RL_STEPS:-30} VAL=${VAL:-64}
+SWEEP=${SWEEP:-30 60 120 240}
 source scripts/gpu/stages.sh
 stages_main "$@"

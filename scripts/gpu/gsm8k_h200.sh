@@ -5,7 +5,7 @@
 # annotation replayed as a calculator call (examples/gsm8k/expert.py), DEMOS training problems.
 # Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh fetches it; carry it over several calls).
 #
-#   scripts/gpu/gsm8k_h200.sh base | demos | sft SEED | rl SEED | all | summary   (scripts/gpu/stages.sh)
+#   scripts/gpu/gsm8k_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (scripts/gpu/stages.sh)
 #
 # Report the tool-call rate with the success (summary.json has both); claim a gain only outside the seeds' spread.
 set -euo pipefail
@@ -15,5 +15,6 @@ TRAIN_CFG=examples/gsm8k/tool_train_gpu.yaml
 SFT_CFG=examples/gsm8k/tool_sft.yaml
 DEMOS_FN=examples.gsm8k.expert:demonstrations
 DEMOS=${DEMOS:-2000} EPOCHS=${EPOCHS:-2} RL_STEPS=${RL_STEPS:-30} VAL=${VAL:-200}
+SWEEP=${SWEEP:-250 500 1000 2000}
 source scripts/gpu/stages.sh
 stages_main "$@"

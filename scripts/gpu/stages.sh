@@ -3,6 +3,7 @@
 #   RECIPE     short name (runs, folders)         TRAIN_CFG  the GPU RL config (its held-out set is the eval set)
 #   SFT_CFG    the SFT config                     DEMOS_FN   module:function returning the expert demonstrations
 #   DEMOS EPOCHS RL_STEPS VAL   demonstrations, SFT epochs, GRPO steps, held-out tasks (environment overrides)
+#   RL_ARGS    extra key=value overrides of the RL run (space-separated), e.g. "actor_rollout_ref.rollout.n=4"
 #
 #   <script> base          the untrained policy on the VAL held-out tasks
 #   <script> demos         the expert's demonstrations replayed into the store (once; shared by the seeds)
@@ -10,6 +11,9 @@
 #   <script> rl SEED       GRPO from that seed's SFT checkpoint (held-out before, every test_freq steps, at the end)
 #   <script> all           base, demos, then sft and rl for each of $SEEDS (default "1 2 3"), then summary
 #   <script> summary       $OUT/summary.json: per stage the held-out success of each seed, mean and spread
+#   <script> sweep         SFT budgets: for each n in $SWEEP, SFT (seed 1) on the first n demonstrations, then its
+#                          held-out success: pick DEMOS where the SFT policy is partly competent (20-50%)
+#   <script> plot          $OUT/${RECIPE}_curves.png: held-out success per stage and seed, the RL runs' curves
 # One device call runs at most 10 minutes: run the stages in separate calls to a warm machine; $RUN (under /tmp)
 # keeps the store and checkpoints between calls, $OUT (default out/gpu-$RECIPE) gets every result file.
 # Evaluation: one sample per held-out task at the configs' rollout temperature (1.0).
@@ -75,7 +79,7 @@ stage_rl() {
   local copier=$!
   "${AGENTR1[@]}" train "$TRAIN_CFG" "db=sqlite:///$rl/traces.db" "data.val_size=$VAL" "trainer.device=$DEVICE" \
     "run_name=$RECIPE-rl-s$seed" "actor_rollout_ref.model=$(last_json "$dir/sft.json" checkpoint)" "trainer.seed=$seed" \
-    "trainer.total_training_steps=$RL_STEPS" "trainer.default_local_dir=$rl" --quiet | tee "$dir/rl.json" || true
+    "trainer.total_training_steps=$RL_STEPS" "trainer.default_local_dir=$rl" ${RL_ARGS:-} --quiet | tee "$dir/rl.json" || true
   kill "$copier" 2>/dev/null || true
   cp "$rl/metrics.jsonl" "$dir/rl_metrics.jsonl"
   cp "$rl/curves.png" "$dir/rl_curves.png" 2>/dev/null || true
@@ -107,21 +111,77 @@ print(json.dumps(summary, indent=1))
 PY
 }
 
+stage_sweep() {
+  local n dir
+  stage "sweep: SFT on the first n demonstrations, n in ${SWEEP:?set SWEEP, e.g. \"32 64 128\"} ($EPOCHS epochs, seed 1)"
+  for n in $SWEEP; do
+    dir=$OUT/sweep/n$n
+    mkdir -p "$dir"
+    "${PY[@]}" -m agentr1.trainer.sft.replay "$DEMOS_FN" "n=$n" --db "$RUN/traces.db" --run-id "$RECIPE-sweep-n$n" \
+      | tee "$dir/demos.json"
+    "${AGENTR1[@]}" sft "$SFT_CFG" "data.db=$DB" "data.run_ids=[$RECIPE-sweep-n$n]" "trainer.total_epochs=$EPOCHS" \
+      "trainer.device=$DEVICE" "trainer.default_local_dir=$RUN/sweep/n$n" "${SFT_MODEL[@]}" --quiet | tee "$dir/sft.json"
+    "${AGENTR1[@]}" eval "${JOB[@]}" --checkpoint "$(last_json "$dir/sft.json" checkpoint)" \
+      --run-id "$RECIPE-sweep-eval-n$n" | tail -n1 | tee "$dir/sft_eval.json"
+    "${PY[@]}" scripts/gpu/episode_stats.py "$RUN/traces.db" "$RECIPE-sweep-eval-n$n" "$dir/sft_stats.json"
+  done
+}
+
+stage_plot() {  # after summary
+  "${PY[@]:-python3}" - "$OUT" "$RECIPE" <<'PY'
+import json, sys
+from pathlib import Path
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out, recipe = Path(sys.argv[1]), sys.argv[2]
+summary = json.loads((out / "summary.json").read_text())
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+labels = {"untrained": "untrained", "sft": "SFT", "sft_rl": "SFT+RL"}
+for x, key in enumerate(labels):
+    success = summary[key]["success"]
+    left.bar(x, success["mean"] or 0.0, width=0.6, color="#9ab")
+    left.scatter([x] * len(success["per_seed"]), success["per_seed"], color="k", s=12, zorder=3)
+left.set_xticks(range(len(labels)), list(labels.values()))
+left.set_ylabel(f"held-out success (temperature {summary['temperature']})")
+for seed in summary["seeds"]:
+    metrics = out / f"seed{seed}" / "rl_metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+    points = [(r["step"], r["success/val"]) for r in rows if r.get("success/val") is not None]
+    if points:
+        right.plot(*zip(*points), marker="o", label=f"seed {seed}")
+right.set_xlabel("GRPO step from the SFT checkpoint")
+right.set_ylabel("held-out success")
+if right.lines:
+    right.legend()
+for ax in (left, right):
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+fig.suptitle(recipe)
+fig.tight_layout()
+fig.savefig(out / f"{recipe}_curves.png", dpi=110)
+print(out / f"{recipe}_curves.png")
+PY
+}
+
 stages_main() {
   local what=${1:?base, demos, sft SEED, rl SEED, all or summary}
   shift || true
   [ "$what" = summary ] && { stage_summary; return; }
+  [ "$what" = plot ] && { stage_plot; return; }
   stages_setup
   case "$what" in
     base) stage_base ;;
     demos) stage_demos ;;
     sft) stage_sft "$@" ;;
     rl) stage_rl "$@" ;;
+    sweep) stage_sweep ;;
     all)
       stage_base
       stage_demos
       for seed in $SEEDS; do stage_sft "$seed"; stage_rl "$seed"; done
-      stage_summary ;;
+      stage_summary
+      stage_plot ;;
     *) echo "unknown stage $what" >&2; exit 2 ;;
   esac
 }
