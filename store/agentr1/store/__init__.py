@@ -1,6 +1,13 @@
 """The step-trace store: schema, migrations and the one API every part of agentr1 uses."""
 
-from agentr1.store.blobs import IMAGE_REF_PREFIX, ImageStore, externalize_images, image_refs, inline_images
+from agentr1.store.blobs import (
+    IMAGE_REF_PREFIX,
+    ImageStore,
+    externalize_images,
+    image_refs,
+    inline_images,
+    sniff_media_type,
+)
 from agentr1.store.engine import DEFAULT_DB, normalize_url
 from agentr1.store.errors import (
     SessionExists,
@@ -43,5 +50,6 @@ __all__ = [
     "new_id",
     "normalize_url",
     "session_with_images",
+    "sniff_media_type",
     "superseded_steps",
 ]

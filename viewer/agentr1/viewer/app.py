@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 
 from agentr1.gateway import install_error_handlers
 from agentr1.store import TraceStore
-from agentr1.viewer.routes import chat, groups, pages, runs, sessions
+from agentr1.viewer.routes import chat, groups, images, pages, runs, sessions
 from agentr1.viewer.runs_dir import RunsDir
 from agentr1.viewer.settings import ViewerSettings
 from agentr1.viewer.state import ViewerState
@@ -46,7 +46,7 @@ def create_viewer_app(settings: ViewerSettings | None = None, *, store: TraceSto
 
     app = FastAPI(title="agentr1 viewer", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
-    for router in (runs.router, sessions.router, groups.router, chat.router, pages.api):
+    for router in (runs.router, sessions.router, groups.router, chat.router, images.router, pages.api):
         app.include_router(router, prefix="/api")
     app.include_router(pages.pages)
     app.mount("/static", StaticFiles(directory=pages.STATIC), name="static")

@@ -140,11 +140,39 @@ export function toolCallView(call) {
   return h("div", { class: "toolcall" }, `${fn.name}(${args})`, call.id ? h("span", { class: "muted" }, `  ${call.id}`) : null);
 }
 
+const IMAGE_REF = "agentr1-image:";
+
+// The src of an image part in any API's shape (OpenAI image_url, Responses input_image, Anthropic image):
+// stored references are served by the viewer (/api/images/<sha256>), data URLs shown as they are.
+export function imageSrc(part) {
+  let url = part.type === "image" ? null : (typeof part.image_url === "string" ? part.image_url : (part.image_url || {}).url);
+  if (part.type === "image" && part.source) {
+    const data = part.source.data || "";
+    url = data.startsWith(IMAGE_REF) ? data : (part.source.url || `data:${part.source.media_type};base64,${data}`);
+  }
+  if (typeof url !== "string") return null;
+  if (url.startsWith(IMAGE_REF)) return `/api/images/${url.slice(IMAGE_REF.length)}`;
+  return url.startsWith("data:image/") ? url : null;
+}
+
+const IMAGE_TYPES = new Set(["image_url", "input_image", "image"]);
+
+function contentView(content) {
+  if (!Array.isArray(content) || !content.some((p) => p && IMAGE_TYPES.has(p.type))) {
+    return contentText(content) ? h("div", { class: "content" }, contentText(content)) : null;
+  }
+  return h("div", { class: "content" }, content.map((p) => {
+    if (!p || !IMAGE_TYPES.has(p.type)) return contentText([p]);
+    const src = imageSrc(p);
+    return src ? h("img", { class: "msg-image", src, alt: "image", loading: "lazy" }) : `[${p.type}]`;
+  }));
+}
+
 export function messageView(m, { diff = false } = {}) {
   return h("div", { class: `msg ${m.role}${diff ? " diff" : ""}` },
     h("div", { class: "role" }, h("span", { class: "rolename" }, m.role), m.name ? ` (${m.name})` : "",
       m.tool_call_id ? h("span", { class: "muted mono" }, ` → ${m.tool_call_id}`) : "", diff ? "  ≠ not sent by the agent" : ""),
-    contentText(m.content) ? h("div", { class: "content" }, contentText(m.content)) : null,
+    contentView(m.content),
     m.reasoning_content ? h("div", { class: "content muted" }, m.reasoning_content) : null,
     (m.tool_calls || []).map(toolCallView));
 }
