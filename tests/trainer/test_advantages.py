@@ -329,7 +329,7 @@ def test_registry_lists_and_rejects_unknown_names():
     assert set(ALL) <= set(list_adv_estimators())
     assert get_adv_estimator("grpo").source == "verl" and get_adv_estimator("gigpo").source == "agentr1"
     assert get_adv_estimator("steppo").needs_values and get_adv_estimator("steppo").level == "step"
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'; valid: .*gigpo.*grpo.*steppo"):
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'; registered: .*gigpo.*grpo.*steppo"):
         compute_advantages([], AdvantageConfig("ppo"))
 
 

@@ -1,4 +1,5 @@
-"""The shared kernel below the gateway and the trainer: model resolution and rendering.
+"""The shared kernel below the gateway and the trainer: model resolution, rendering, and the one
+registry helper and callable loader (:class:`Registry`, :func:`load_callable`).
 
 ``agentr1.core`` knows nothing of HTTP, SQL or training. The gateway renders prompts and parses
 sampled ids with it; the trainer, the SFT code and the CLI resolve models and rebuild assistant
@@ -13,15 +14,21 @@ from agentr1.core.models import (
     models_cache_dir,
     resolve_model,
 )
+from agentr1.core.lazy import lazy_exports
+from agentr1.core.registry import Registry, UnknownName, load_callable
 from agentr1.core.vision_models import build_tiny_random_vlm, ensure_tiny_vlm, is_vlm_dir, load_vlm_processor
 
 __all__ = [
+    "Registry",
+    "UnknownName",
     "build_tiny_random_model",
     "build_tiny_random_vlm",
     "ensure_smollm2",
     "ensure_tiny_model",
     "ensure_tiny_vlm",
     "is_vlm_dir",
+    "lazy_exports",
+    "load_callable",
     "load_vlm_processor",
     "models_cache_dir",
     "resolve_model",

@@ -8,66 +8,21 @@ list of what is registered, never silently.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from agentr1.core import Registry, UnknownName, load_callable
 
+__all__ = ["ENVS", "FLOWS", "SCORERS", "TOOLS", "Registry", "UnknownName", "import_attr", "register_env",
+           "register_flow", "register_scorer", "register_tool", "resolve", "resolve_tool"]
 
-class UnknownName(LookupError):
-    """A name that is neither registered nor an importable ``module:attr``."""
-
-
-def import_attr(spec: str) -> Any:
-    """``package.module:attr``, imported (modules of the working directory count, like pytest and uvicorn)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise UnknownName(f"{spec!r} is not a module:attr path")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UnknownName(f"cannot import {module_name!r} for {spec!r}: {exc}") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UnknownName(f"module {module_name!r} has no {attr!r}") from None
+import_attr = load_callable  # ``package.module:attr``, imported (agentr1.core.load_callable)
 
 
-class Registry(Generic[T]):
-    """Name -> object, for one kind of thing (``kind`` names it in errors)."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.entries: dict[str, T] = {}
-
-    def register(self, name: str) -> Callable[[T], T]:
-        def decorator(obj: T) -> T:
-            if self.entries.get(name, obj) is not obj:
-                raise ValueError(f"{self.kind} {name!r} is already registered: {self.entries[name]!r}")
-            self.entries[name] = obj
-            return obj
-
-        return decorator
-
-    def get(self, name: str) -> T:
-        """The registered ``name``, or the object at the import path ``module:attr``."""
-        if name in self.entries:
-            return self.entries[name]
-        if ":" in name:
-            return import_attr(name)
-        raise UnknownName(f"unknown {self.kind} {name!r}; registered: {sorted(self.entries)} "
-                          "(or give an import path package.module:attr)")
-
-
-ENVS: Registry[type] = Registry("environment")
-FLOWS: Registry[type] = Registry("agent flow")
-TOOLS: Registry[type] = Registry("tool")
-SCORERS: Registry[Callable[[str, Any], float]] = Registry("scorer")
+ENVS: Registry[type] = Registry("environment", import_paths=True)
+FLOWS: Registry[type] = Registry("agent flow", import_paths=True)
+TOOLS: Registry[type] = Registry("tool", import_paths=True)
+SCORERS: Registry[Callable[[str, Any], float]] = Registry("scorer", import_paths=True)
 
 
 def register_env(name: str) -> Callable[[type], type]:

@@ -7,8 +7,9 @@ first use, so ``from agentr1.gateway import GatewaySettings`` (the CLI's flags) 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentr1.core import lazy_exports
 
 if TYPE_CHECKING:
     from agentr1.gateway.app import create_app
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from agentr1.gateway.settings import BackendName, GatewaySettings
     from agentr1.gateway.tracing import configure_otlp
 
+_MODULES = {"APIError": "errors", "BackendName": "settings", "BackgroundServer": "server",
+            "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings",
+            "build_policy": "context", "configure_otlp": "tracing", "create_app": "app", "free_port": "server",
+            "install_error_handlers": "errors", "uvicorn_options": "server"}
 __all__ = [
     "APIError",
     "BackendName",
@@ -33,16 +38,4 @@ __all__ = [
     "install_error_handlers",
     "uvicorn_options",
 ]
-
-_MODULES = {"APIError": "errors", "BackendName": "settings", "BackgroundServer": "server",
-            "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings",
-            "build_policy": "context", "configure_otlp": "tracing", "create_app": "app", "free_port": "server",
-            "install_error_handlers": "errors", "uvicorn_options": "server"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        value = getattr(importlib.import_module(f"agentr1.gateway.{_MODULES[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _MODULES)

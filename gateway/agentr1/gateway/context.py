@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentr1.core import Registry
 from agentr1.core.rendering import ROLE_ALIASES, RenderError, canonical_message, content_text
 
 __all__ = [
@@ -65,6 +66,12 @@ SUMMARY_INSTRUCTIONS = (
 )
 
 
+class PolicyOptions(BaseModel):
+    """A policy's options: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ContextPolicyError(ValueError):
     """An unknown policy name or invalid options (the message lists the valid names)."""
 
@@ -93,8 +100,7 @@ class ContextPolicy:
 
     name: ClassVar[str]
 
-    class Options(BaseModel):
-        model_config = ConfigDict(extra="forbid")
+    Options: type[PolicyOptions] = PolicyOptions
 
     def __init__(self, options: BaseModel, *, tokenizer: Any = None, summarizer: Summarizer | None = None) -> None:
         self.options = options
@@ -109,12 +115,12 @@ class ContextPolicy:
         raise NotImplementedError
 
 
-POLICIES: dict[str, type[ContextPolicy]] = {}
+POLICIES: Registry[type[ContextPolicy]] = Registry("context policy")
 
 
 def register(cls: type[ContextPolicy]) -> type[ContextPolicy]:
-    POLICIES[cls.name] = cls
-    return cls
+    """Class decorator: the policy is available under its ``name``."""
+    return POLICIES.register(cls.name)(cls)
 
 
 @register
@@ -129,8 +135,7 @@ class AppendOnly(ContextPolicy):
 class SlidingWindow(ContextPolicy):
     name = "sliding_window"
 
-    class Options(BaseModel):
-        model_config = ConfigDict(extra="forbid")
+    class Options(PolicyOptions):
         keep_last_turns: int = Field(4, ge=1)
 
     def window(self, messages: Sequence[Message]) -> tuple[int, int]:
@@ -149,8 +154,7 @@ class SlidingWindow(ContextPolicy):
 class TruncateToolOutputs(ContextPolicy):
     name = "truncate_tool_outputs"
 
-    class Options(BaseModel):
-        model_config = ConfigDict(extra="forbid")
+    class Options(PolicyOptions):
         max_tool_tokens: int = Field(256, ge=1)
 
     def truncate(self, text: str) -> str:
@@ -240,9 +244,9 @@ def build_policy(config: str | Mapping[str, Any] | None, *, tokenizer: Any = Non
     """The policy a config names, its options validated. Raises :class:`ContextPolicyError`."""
     options = normalize_config(config)
     name = options.pop("policy")
-    cls = POLICIES.get(name) if isinstance(name, str) else None
+    cls = POLICIES.entries.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise ContextPolicyError(f"unknown context policy {name!r}; valid: {', '.join(sorted(POLICIES))}")
+        raise ContextPolicyError(f"unknown context policy {name!r}; valid: {', '.join(POLICIES.names())}")
     try:
         parsed = cls.Options(**options)
     except ValidationError as exc:

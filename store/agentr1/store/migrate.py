@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -31,16 +32,17 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    cfg = alembic_config()
-    with engine.connect().execution_options(sqlite_write=True) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
-        conn.commit()
+    _run(command.upgrade, engine, revision)
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
+    _run(command.downgrade, engine, revision)
+
+
+def _run(step: Callable[[Config, str], None], engine: Engine, revision: str) -> None:
+    """An Alembic command (upgrade / downgrade to ``revision``) on one connection, committed."""
     cfg = alembic_config()
     with engine.connect().execution_options(sqlite_write=True) as conn:
         cfg.attributes["connection"] = conn
-        command.downgrade(cfg, revision)
+        step(cfg, revision)
         conn.commit()

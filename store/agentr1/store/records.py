@@ -16,8 +16,15 @@ from typing import Any
 
 from agentr1.store.arrays import decode_floats, decode_ids, encode_floats, encode_ids
 
-__all__ = ["FeedbackRecord", "RewardRecord", "RunRecord", "STEP_COLUMNS", "SessionRecord", "StepRecord",
-           "superseded_steps"]
+__all__ = [
+    "STEP_COLUMNS",
+    "FeedbackRecord",
+    "RewardRecord",
+    "RunRecord",
+    "SessionRecord",
+    "StepRecord",
+    "superseded_steps",
+]
 
 _IDS = {"array": "ids"}
 _FLOATS = {"array": "floats"}

@@ -8,8 +8,9 @@ Public API of the part (imported lazily, so ``import agentr1.trainer.algorithms`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentr1.core import lazy_exports
 
 if TYPE_CHECKING:
     from agentr1.trainer.batch import BatchConfig, build_rows
@@ -17,13 +18,13 @@ if TYPE_CHECKING:
     from agentr1.trainer.evaluate import evaluate_checkpoint
     from agentr1.trainer.loop import Trainer
 
-__all__ = ["BatchConfig", "JobConfig", "Trainer", "build_rows", "evaluate_checkpoint"]
-
 _HOME = {"BatchConfig": "batch", "build_rows": "batch", "JobConfig": "config",
          "evaluate_checkpoint": "evaluate", "Trainer": "loop"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = [
+    "BatchConfig",
+    "JobConfig",
+    "Trainer",
+    "build_rows",
+    "evaluate_checkpoint",
+]
+__getattr__ = lazy_exports(__name__, _HOME)

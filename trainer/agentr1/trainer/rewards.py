@@ -20,9 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentr1.core import Registry
 from agentr1.store import SessionRecord, StepRecord
 
 __all__ = [
+    "REWARD_FNS",
     "RewardConfig",
     "RewardError",
     "RewardFn",
@@ -39,7 +41,7 @@ RewardValue = float | int | Mapping[int, float]
 RewardFn = Callable[[SessionRecord, Any], RewardValue]
 TaskLookup = Mapping[str, Any] | Callable[[SessionRecord], Any]
 
-_REWARD_FNS: dict[str, RewardFn] = {}
+REWARD_FNS: Registry[RewardFn] = Registry("reward function")
 
 
 class RewardError(ValueError):
@@ -48,25 +50,16 @@ class RewardError(ValueError):
 
 def register_reward_fn(name: str) -> Callable[[RewardFn], RewardFn]:
     """Register ``fn(session, task) -> float | dict[step_index, float]`` under ``name``."""
-
-    def decorator(fn: RewardFn) -> RewardFn:
-        if name in _REWARD_FNS and _REWARD_FNS[name] is not fn:
-            raise ValueError(f"reward function {name!r} is already registered: {_REWARD_FNS[name]!r}")
-        _REWARD_FNS[name] = fn
-        return fn
-
-    return decorator
+    return REWARD_FNS.register(name)
 
 
 def list_reward_fns() -> list[str]:
-    return sorted(_REWARD_FNS)
+    return REWARD_FNS.names()
 
 
 def get_reward_fn(name: str) -> RewardFn:
-    try:
-        return _REWARD_FNS[name]
-    except KeyError:
-        raise KeyError(f"unknown reward function {name!r}; registered: {list_reward_fns()}") from None
+    """The function registered as ``name``; an unknown name raises ``UnknownName`` (a KeyError)."""
+    return REWARD_FNS.get(name)
 
 
 @dataclass(slots=True)

@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import os
 import random
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentr1.core import load_callable
 from agentr1.trainer.config import DataConfig
 
-
-def load_callable(spec: str) -> Callable[..., Any]:
-    """``package.module:function`` (or a file path ``path/to/file.py:function``)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not attr:
-        raise ValueError(f"{spec!r} must look like module:function")
-    if module_name.endswith(".py"):
-        path = Path(module_name)
-        spec_obj = importlib.util.spec_from_file_location(path.stem, path)
-        if spec_obj is None or spec_obj.loader is None:
-            raise ValueError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec_obj)
-        spec_obj.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path:  # like uvicorn and pytest: modules of the project you run from
-            sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attr)  # type: ignore[no-any-return]
-    except AttributeError as exc:
-        raise ValueError(f"{module_name} has no {attr!r}") from exc
+__all__ = ["TaskSampler", "load_callable", "load_tasks", "normalize_task"]
 
 
 def _read_rows(path: str) -> list[dict[str, Any]]:

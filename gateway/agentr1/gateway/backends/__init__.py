@@ -7,7 +7,9 @@ torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentr1.core import lazy_exports
 
 from .base import (
     Backend,
@@ -31,6 +33,10 @@ if TYPE_CHECKING:
     from .sglang import SGLangBackend
     from .vllm import VLLMBackend
 
+_LAZY = {"LocalBackend": ".local", "SGLangBackend": ".sglang", "VLLMBackend": ".vllm",
+         "LiteLLMBackend": ".litellm_backend", "ScriptedBackend": ".scripted", "LaunchError": ".launcher",
+         "LaunchSpec": ".launcher", "SGLangLauncher": ".launcher", "launch_servers": ".launcher",
+         "parse_command": ".launcher"}
 __all__ = [
     "Backend",
     "BackendError",
@@ -54,16 +60,4 @@ __all__ = [
     "launch_servers",
     "parse_command",
 ]
-
-_LAZY = {"LocalBackend": ".local", "SGLangBackend": ".sglang", "VLLMBackend": ".vllm",
-         "LiteLLMBackend": ".litellm_backend", "ScriptedBackend": ".scripted", "LaunchError": ".launcher",
-         "LaunchSpec": ".launcher", "SGLangLauncher": ".launcher", "launch_servers": ".launcher",
-         "parse_command": ".launcher"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

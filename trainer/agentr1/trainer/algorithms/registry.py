@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+from agentr1.core import Registry
 from agentr1.trainer.algorithms.config import AdvantageConfig
 from agentr1.trainer.algorithms.trajectories import TrajectoryBatch
 
-__all__ = ["EstimatorFn", "EstimatorSpec", "MetricsFn", "get_adv_estimator", "list_adv_estimators", "register_adv_est"]
+__all__ = ["ESTIMATORS", "EstimatorFn", "EstimatorSpec", "MetricsFn", "get_adv_estimator", "list_adv_estimators", "register_adv_est"]
 
 EstimatorFn = Callable[[TrajectoryBatch, AdvantageConfig], tuple[torch.Tensor, torch.Tensor]]
 MetricsFn = Callable[[TrajectoryBatch], dict[str, float]]
@@ -32,26 +33,24 @@ class EstimatorSpec:
     metrics: MetricsFn | None = None  # estimator-specific metrics of a batch (e.g. GiGPO's step groups)
 
 
-_REGISTRY: dict[str, EstimatorSpec] = {}
+ESTIMATORS: Registry[EstimatorSpec] = Registry("advantage estimator")
 
 
 def register_adv_est(name: str, *, needs_values: bool = False, level: str = "trajectory",
                      source: str = "verl", metrics: MetricsFn | None = None) -> Callable[[EstimatorFn], EstimatorFn]:
     def decorator(fn: EstimatorFn) -> EstimatorFn:
-        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered: {_REGISTRY[name].fn!r}")
-        _REGISTRY[name] = EstimatorSpec(name, fn, needs_values, level, source, metrics)
+        if name in ESTIMATORS and ESTIMATORS.get(name).fn is fn:
+            return fn  # the same function again (a module imported twice)
+        ESTIMATORS.add(name, EstimatorSpec(name, fn, needs_values, level, source, metrics))
         return fn
 
     return decorator
 
 
 def list_adv_estimators() -> list[str]:
-    return sorted(_REGISTRY)
+    return ESTIMATORS.names()
 
 
 def get_adv_estimator(name: str) -> EstimatorSpec:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(list_adv_estimators())}") from None
+    """The estimator registered as ``name``; an unknown name raises ``UnknownName`` (a ValueError)."""
+    return ESTIMATORS.get(name)

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import yaml
 
-    from agentr1.trainer.tasks import load_callable
+    from agentr1.core import load_callable
 
     parser = argparse.ArgumentParser(prog="python -m agentr1.trainer.sft.replay", description=main.__doc__)
     parser.add_argument("demos", help="module:function returning a list of Demonstration")
