@@ -135,8 +135,9 @@ def test_stored_reference_and_anthropic_block_are_the_same_image(renderer: Visio
     as_openai = renderer.render([{"role": "user", "content": [image_part(data)]}])
     assert renderer.render([{"role": "user", "content": [anthropic]}]) == as_openai
     assert renderer.render([{"role": "user", "content": [responses]}]) == as_openai
-    with pytest.raises(RenderError, match="cannot be resolved"):
-        renderer.render([{"role": "user", "content": [stored]}])
+    assert renderer.render([{"role": "user", "content": [stored]}]) == as_openai  # known by its hash already
+    with pytest.raises(RenderError, match="cannot be resolved"):  # a fresh renderer must read the bytes
+        VisionRenderer(renderer.text, renderer.processor).render([{"role": "user", "content": [stored]}])
     resolving = VisionRenderer(renderer.text, renderer.processor, resolve_ref={sha: data}.__getitem__)
     assert resolving.render([{"role": "user", "content": [stored]}]) == as_openai
 

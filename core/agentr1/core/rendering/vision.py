@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentr1.core.rendering.base import Message, ParsedAction, Renderer, RenderError, Tool, TurnClose
-from agentr1.core.rendering.images import ImageData, ImagePolicy, RefResolver, is_image_part, load_image
+from agentr1.core.rendering.images import (
+    ImageData,
+    ImagePolicy,
+    RefResolver,
+    image_identity,
+    is_image_part,
+    load_image,
+)
 
 __all__ = ["MultimodalInputs", "ProcessedImage", "VisionRenderer", "concat_image_tensors"]
 
@@ -123,7 +130,13 @@ class VisionRenderer:
                  for p in m["content"] if is_image_part(p)]
         if len(parts) > self.policy.max_images:
             raise RenderError(f"{len(parts)} images in one request, more than the limit of {self.policy.max_images}")
-        return [self.process(load_image(p, self.policy, self.resolve_ref)) for p in parts]
+        out = []
+        for part in parts:
+            identity = image_identity(part)  # the hash of inline bytes: a known image is not decoded again
+            with self._lock:
+                hit = self._cache.get(identity[len("sha256:"):]) if identity.startswith("sha256:") else None
+            out.append(hit or self.process(load_image(part, self.policy, self.resolve_ref)))
+        return out
 
     def multimodal(self, messages: Sequence[Message]) -> MultimodalInputs | None:
         """What generation and training feed the model besides the ids (None for a text-only prompt)."""
