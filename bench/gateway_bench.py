@@ -84,14 +84,16 @@ async def _direct_calls(backend: Any, renderer: Any, sessions: int, turns: int, 
 def _in_process_backend(kind: str, model: str) -> tuple[Any, Any]:
     from agentr1.core.models import resolve_model
     from agentr1.core.rendering import load_renderer
+    from agentr1.gateway import GatewaySettings
+    from agentr1.gateway.backends import build_backend
     from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.backends.local import LocalBackend
 
     path = resolve_model(model)
     renderer = load_renderer(path)
     if kind == "instant":
         return InstantBackend(renderer.tokenizer, "4", model_name="bench"), renderer
-    return LocalBackend(path, device="cpu", model_name="bench"), renderer
+    # the backend `agentr1 gateway --model M --device cpu` serves (the same factory)
+    return build_backend(GatewaySettings(model=str(path), device="cpu", served_model_name="bench")), renderer
 
 
 def part_a(args: argparse.Namespace, tmp: Path) -> list[str]:

@@ -13,9 +13,7 @@ from pathlib import Path
 
 from calculator.calculator import final_number, make_tasks, solve
 
-from agentr1.gateway.app import create_app
-from agentr1.gateway.server import BackgroundServer
-from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.sdk import configure, reward, session
 from agentr1.store import TraceStore
 
@@ -30,8 +28,8 @@ def main() -> None:
     Path("out").mkdir(exist_ok=True)
 
     print(f"==> starting the gateway with model {args.model} (the first run converts SmolLM2, ~30 s)")
-    server = BackgroundServer(create_app(GatewaySettings(model=args.model, db=args.db, accept_any_model=True)))
-    configure(server.start())
+    gateway = EmbeddedGateway(GatewaySettings(model=args.model, db=args.db, accept_any_model=True)).start()
+    configure(gateway.url)
     print("==> gateway ready")
 
     run_id = f"quickstart-{int(time.time())}"
@@ -48,7 +46,7 @@ def main() -> None:
             print(f"{task['question']} (sample {k}) -> {answer.strip()[:60]!r} reward={score} "
                   f"({time.monotonic() - started:.1f}s)")
 
-    server.stop()
+    gateway.stop()
     with TraceStore.open(args.db) as store:
         run = store.get_run(run_id)
         print(f"\n==> run {run_id}: {run.n_sessions} sessions, {run.n_steps} steps recorded, "
