@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentr1.gateway import GatewaySettings
+
 
 __all__ = [
     "ActorConfig",
@@ -54,6 +56,11 @@ def load_yaml(path: str | Path, overrides: list[str] | None = None) -> dict[str,
             node = node.setdefault(part, {})
         node[leaf] = yaml.safe_load(value)
     return raw
+
+
+def _gateway_default(name: str) -> Any:
+    """The default of the gateway setting ``name`` (one source for options the trainer passes on)."""
+    return GatewaySettings.model_fields[name].default
 
 
 class _Strict(BaseModel):
@@ -198,11 +205,12 @@ class RolloutConfig(_Strict):
     name: Literal["local", "sglang", "vllm"] = "local"
     urls: list[str] = Field(default_factory=list)  # running servers' base URLs (name sglang or vllm)
     launch: bool = False  # name sglang: start the servers here for actor_rollout_ref.model
-    launch_servers: int = Field(1, ge=1)
-    launch_port: int = Field(30000, gt=0, le=65535)  # the first server's port (then +1, ...)
+    # the launch_* defaults are the gateway's (GatewaySettings.launch_*: the trainer's gateway launches)
+    launch_servers: int = Field(_gateway_default("launch_servers"), ge=1)
+    launch_port: int = Field(_gateway_default("launch_port"), gt=0, le=65535)  # the first server's port (then +1, ...)
     launch_args: list[str] = Field(default_factory=list)  # more sglang.launch_server flags, e.g. ["--tp", "2"]
     launch_command: list[str] | None = None  # None: $AGENTR1_SGLANG_LAUNCH_COMMAND, else python -m sglang.launch_server
-    launch_timeout_s: float = Field(900.0, gt=0)  # seconds a server may take to be healthy
+    launch_timeout_s: float = Field(_gateway_default("launch_timeout_s"), gt=0)  # seconds a server may take to be healthy
 
     @model_validator(mode="after")
     def _servers(self) -> RolloutConfig:

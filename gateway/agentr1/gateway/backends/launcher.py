@@ -40,12 +40,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import httpx
 
-if TYPE_CHECKING:
-    from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway.settings import GatewaySettings
 
 __all__ = ["DEFAULT_COMMAND", "LaunchError", "LaunchSpec", "SGLangLauncher", "launch_servers", "parse_command"]
 
@@ -66,14 +63,14 @@ class LaunchSpec:
     ``--mem-fraction-static 0.7``, ...), passed as they are."""
 
     model_path: str
-    servers: int = 1
+    servers: int = GatewaySettings.model_fields["launch_servers"].default
     host: str = "127.0.0.1"
-    base_port: int = 30000
+    base_port: int = GatewaySettings.model_fields["launch_port"].default
     gpus_per_server: int | None = None  # None: the --tp / --tp-size in extra_args, else 1
     extra_args: Sequence[str] = ()
     command: Sequence[str] = DEFAULT_COMMAND
     log_dir: str | None = None
-    startup_timeout_s: float = 900.0
+    startup_timeout_s: float = GatewaySettings.model_fields["launch_timeout_s"].default
     max_restarts: int = 3
     backoff_s: float = 2.0
     stop_timeout_s: float = 20.0
