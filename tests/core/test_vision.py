@@ -179,3 +179,18 @@ def test_limits_and_reserved_tokens(renderer: VisionRenderer, tmp_path: Path) ->
         renderer.render([{"role": "user", "content": [image_part(png((5, 5, 5)))]}])
     with pytest.raises(RenderError, match="outside the directories"):
         local.render([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///etc/hosts"}}]}])
+
+
+def test_a_template_that_drops_content_parts_is_refused(renderer: VisionRenderer) -> None:
+    """SmolVLM's own chat template iterates typed parts and emits nothing for string content: with it the text
+    renderer would lose the placeholders (and the text), so the vision renderer refuses it at load."""
+    import copy
+
+    from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
+
+    from agentr1.core.rendering import create_renderer
+
+    tokenizer = copy.deepcopy(renderer.tokenizer)
+    tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+    with pytest.raises(RenderError, match="not supported for images"):
+        VisionRenderer(create_renderer(tokenizer, "template"), renderer.processor)

@@ -100,6 +100,19 @@ class VisionRenderer:
         self._cache: OrderedDict[str, ProcessedImage] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._check_text_renderer()
+
+    def _check_text_renderer(self) -> None:
+        """The text renderer must keep text parts and the placeholder where they are: a chat template that
+        reads content parts its own way (SmolVLM's iterates ``{"type": "image"}`` parts) would lose them."""
+        probe = [{"role": "user", "content": [{"type": "text", "text": "probe 7"},
+                                              {"type": "text", "text": self.image_token}]}]
+        ids = self.text.render(probe)
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        if ids.count(self.image_token_id) != 1 or f"probe 7{self.image_token}" not in text:
+            raise RenderError(f"the text renderer ({type(self.text).__name__}) does not render content parts as "
+                              "text in place; this model's chat template is not supported for images "
+                              "(docs/multimodal.md)")
 
     # -- images ---------------------------------------------------------------------------------
 
