@@ -4,6 +4,7 @@
 #   SFT_CFG    the SFT config                     DEMOS_FN   module:function returning the expert demonstrations
 #   DEMOS EPOCHS RL_STEPS VAL   demonstrations, SFT epochs, GRPO steps, held-out tasks (environment overrides)
 #   RL_ARGS    extra key=value overrides of the RL run (space-separated), e.g. "actor_rollout_ref.rollout.n=4"
+#   JOB_ARGS   extra key=value overrides of every evaluation and of the RL run, e.g. "agent.timeout_s=3600"
 #
 #   <script> base          the untrained policy on the VAL held-out tasks
 #   <script> demos         the expert's demonstrations replayed into the store (once; shared by the seeds)
@@ -37,18 +38,27 @@ stages_setup() {
     gpu_smollm2 > /dev/null || exit 4
     PY=(python3)
   fi
-  JOB=("$TRAIN_CFG" "db=$DB" "data.val_size=$VAL" "trainer.device=$DEVICE")
+  JOB=("$TRAIN_CFG" "db=$DB" "data.val_size=$VAL" "trainer.device=$DEVICE" ${JOB_ARGS:-})
   SFT_MODEL=()
   if [ -n "${MODEL:-}" ]; then JOB+=("actor_rollout_ref.model=$MODEL"); SFT_MODEL=("model.path=$MODEL"); fi
 }
 
 stage() { echo; echo "== $RECIPE: $* ($(date +%T))"; }
+# evaluate on the held-out tasks into run $1, result line to $2 (extra arguments: --checkpoint DIR); a crash of
+# the process after it printed its result (seen on an overloaded CPU) does not lose the result
+held_out_eval() {
+  local run_id=$1 out=$2
+  shift 2
+  "${AGENTR1[@]}" eval "${JOB[@]}" "$@" --run-id "$run_id" | tail -n1 | tee "$out" || true
+  grep -q '"success"' "$out" || { echo "evaluation $run_id gave no result" >&2; return 1; }
+  "${PY[@]}" scripts/gpu/episode_stats.py "$RUN/traces.db" "$run_id" "${out%.json}_stats.json"
+}
+
 last_json() { "${PY[@]}" -c 'import json, sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])[sys.argv[2]])' "$@"; }
 
 stage_base() {
   stage "untrained policy on $VAL held-out tasks"
-  "${AGENTR1[@]}" eval "${JOB[@]}" --run-id "$RECIPE-base" | tail -n1 | tee "$OUT/base.json"
-  "${PY[@]}" scripts/gpu/episode_stats.py "$RUN/traces.db" "$RECIPE-base" "$OUT/base_stats.json"
+  held_out_eval "$RECIPE-base" "$OUT/base.json"
 }
 
 stage_demos() {
@@ -65,9 +75,7 @@ stage_sft() {
     "trainer.total_epochs=$EPOCHS" "trainer.device=$DEVICE" "trainer.default_local_dir=$RUN/seed$seed/sft" "${SFT_MODEL[@]}" --quiet | tee "$dir/sft.json"
   cp "$RUN/seed$seed/sft/metrics.jsonl" "$dir/sft_metrics.jsonl"
   stage "SFT checkpoint of seed $seed on $VAL held-out tasks"
-  "${AGENTR1[@]}" eval "${JOB[@]}" --checkpoint "$(last_json "$dir/sft.json" checkpoint)" --run-id "$RECIPE-sft-s$seed" \
-    | tail -n1 | tee "$dir/sft_eval.json"
-  "${PY[@]}" scripts/gpu/episode_stats.py "$RUN/traces.db" "$RECIPE-sft-s$seed" "$dir/sft_stats.json"
+  held_out_eval "$RECIPE-sft-s$seed" "$dir/sft_eval.json" --checkpoint "$(last_json "$dir/sft.json" checkpoint)"
 }
 
 stage_rl() {
@@ -77,7 +85,7 @@ stage_rl() {
   rm -rf "$rl" && mkdir -p "$rl"
   (while sleep 30; do cp "$rl/metrics.jsonl" "$dir/rl_metrics.jsonl" 2>/dev/null && tail -n1 "$rl/metrics.jsonl" | cut -c1-200; done) &
   local copier=$!
-  "${AGENTR1[@]}" train "$TRAIN_CFG" "db=sqlite:///$rl/traces.db" "data.val_size=$VAL" "trainer.device=$DEVICE" \
+  "${AGENTR1[@]}" train "$TRAIN_CFG" "db=sqlite:///$rl/traces.db" "data.val_size=$VAL" "trainer.device=$DEVICE" ${JOB_ARGS:-} \
     "run_name=$RECIPE-rl-s$seed" "actor_rollout_ref.model=$(last_json "$dir/sft.json" checkpoint)" "trainer.seed=$seed" \
     "trainer.total_training_steps=$RL_STEPS" "trainer.default_local_dir=$rl" ${RL_ARGS:-} --quiet | tee "$dir/rl.json" || true
   kill "$copier" 2>/dev/null || true
@@ -99,7 +107,7 @@ def spread(values):
     return {"per_seed": values, "mean": statistics.mean(values) if values else None,
             "min": min(values, default=None), "max": max(values, default=None)}
 stages = {"untrained": [read("base_stats.json")],
-          "sft": [read(f"seed{s}/sft_stats.json") for s in seeds],
+          "sft": [read(f"seed{s}/sft_eval_stats.json") for s in seeds],
           "sft_rl": [read(f"seed{s}/rl_stats.json") for s in seeds]}
 summary = {"seeds": seeds, "temperature": 1.0}
 for name, rows in stages.items():
@@ -121,9 +129,7 @@ stage_sweep() {
       | tee "$dir/demos.json"
     "${AGENTR1[@]}" sft "$SFT_CFG" "data.db=$DB" "data.run_ids=[$RECIPE-sweep-n$n]" "trainer.total_epochs=$EPOCHS" \
       "trainer.device=$DEVICE" "trainer.default_local_dir=$RUN/sweep/n$n" "${SFT_MODEL[@]}" --quiet | tee "$dir/sft.json"
-    "${AGENTR1[@]}" eval "${JOB[@]}" --checkpoint "$(last_json "$dir/sft.json" checkpoint)" \
-      --run-id "$RECIPE-sweep-eval-n$n" | tail -n1 | tee "$dir/sft_eval.json"
-    "${PY[@]}" scripts/gpu/episode_stats.py "$RUN/traces.db" "$RECIPE-sweep-eval-n$n" "$dir/sft_stats.json"
+    held_out_eval "$RECIPE-sweep-eval-n$n" "$dir/sft_eval.json" --checkpoint "$(last_json "$dir/sft.json" checkpoint)"
   done
 }
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from examples.alfworld.data import DATA_DIR, load_index
@@ -229,6 +230,7 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
 
     from agentr1.store import TraceStore
     from agentr1.trainer.sft import SFTData, select_demonstrations
+    from agentr1.trainer.sft.data import build_sft_rows
     from agentr1.trainer.sft.replay import replay_demonstrations
 
     demos = demonstrations(4)
@@ -240,6 +242,27 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
     with TraceStore.open(db) as store:
         sessions = [store.get_session(s.id) for s in store.list_sessions("alfgen-demos")]
         assert sorted(len(s.steps) for s in sessions) == sorted(len(d.actions) for d in demos)
-        won = select_demonstrations(store, SFTData(db=db, run_ids=["alfgen-demos"], min_reward=1.0)).sessions
-        assert len(won) == 4  # every demonstration won its game
+        data = SFTData(db=db, run_ids=["alfgen-demos"], min_reward=1.0)
+        selection = select_demonstrations(store, data)
+        assert len(selection.sessions) == 4  # every demonstration won its game
+        # the SFT rows train on exactly the expert's commands: every action token, nothing else
+        rows = build_sft_rows(selection, data).rows
+        assert sum(sum(r.response_mask) for r in rows) == sum(len(st.action_ids) for s in sessions for st in s.steps)
         assert {s.steps[0].action["content"] for s in sessions} <= {d.actions[0]["content"] for d in demos}
+
+
+@pytest.mark.parametrize(("config", "held_out"), [("train.yaml", 16), ("train_gpu.yaml", 64)])
+def test_the_configs_load_and_evaluate_on_held_out_games(config, held_out):
+    from examples.alfworld.generated.data import __file__ as data_file
+
+    from agentr1.trainer.config import JobConfig
+    from agentr1.trainer.sft.config import SFTConfig
+    from agentr1.trainer.tasks import load_tasks
+
+    folder = Path(data_file).parent
+    job = JobConfig.from_yaml(folder / config)
+    val, train = load_tasks(job.data, "val"), load_tasks(job.data, "train")
+    assert len(val) == held_out and all(r["split"] == "val" for r in val)
+    assert not {r["id"] for r in val} & {r["id"] for r in train} and len({r["id"] for r in train}) == len(train)
+    sft = SFTConfig.from_yaml(folder / "sft.yaml")
+    assert sft.data.run_ids == ["alfgen-demos"] and sft.data.min_reward == 1.0

@@ -114,6 +114,7 @@ def test_the_expert_on_every_well_formed_training_problem():
 def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path):
     from agentr1.store import TraceStore
     from agentr1.trainer.sft import SFTData, select_demonstrations
+    from agentr1.trainer.sft.data import build_sft_rows
     from agentr1.trainer.sft.replay import replay_demonstrations
 
     demos = demonstrations(6, seed=0)
@@ -123,7 +124,13 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
     report = replay_demonstrations(demos, model=tiny_model_path, db=db, run_id="gsm8k-demos")
     assert (report.finished, report.failed) == (6, 0), report.errors
     with TraceStore.open(db) as store:
-        assert len(select_demonstrations(store, SFTData(db=db, run_ids=["gsm8k-demos"], min_reward=1.0)).sessions) == 6
+        data = SFTData(db=db, run_ids=["gsm8k-demos"], min_reward=1.0)
+        selection = select_demonstrations(store, data)
+        assert len(selection.sessions) == 6
+        # one merged row per demonstration (the history only grows), loss on every assistant token only
+        rows = build_sft_rows(selection, data).rows
+        assert len(rows) == 6 and sum(sum(r.response_mask) for r in rows) == sum(
+            len(st.action_ids) for s in selection.sessions for st in s.steps)
         for summary in store.list_sessions("gsm8k-demos"):
             session = store.get_session(summary.id)
             demo = next(d for d in demos if d.task_id == session.task_id)
@@ -135,3 +142,16 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
             tool_answers = [m["content"] for s in session.steps for m in (s.feedback_messages or []) if m.get("role") == "tool"]
             assert len(tool_answers) == len(calls) and all(
                 result_matches(a, c.annotated) for a, c in zip(tool_answers, calls, strict=True))
+
+
+@pytest.mark.parametrize(("config", "held_out"), [("tool_train.yaml", 16), ("tool_train_gpu.yaml", 200)])
+def test_the_configs_load_with_held_out_test_problems(config, held_out):
+    from agentr1.trainer.config import JobConfig
+    from agentr1.trainer.sft.config import SFTConfig
+    from agentr1.trainer.tasks import load_tasks
+
+    job = JobConfig.from_yaml(DATA.parent / config)
+    val = load_tasks(job.data, "val")
+    assert len(val) == held_out and all(r["extra_info"]["split"] == "test" for r in val)
+    assert len(load_tasks(job.data, "train")) == 7473
+    assert SFTConfig.from_yaml(DATA.parent / "tool_sft.yaml").data.run_ids == ["gsm8k-demos"]
