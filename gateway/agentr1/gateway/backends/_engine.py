@@ -187,7 +187,7 @@ class BatchEngine:
             if self._graphs is not None and not self._graphs.ready(batch, kv_len):
                 self._graphs.capture(batch, kv_len)
                 self.stats.graph_captures += 1
-            inputs = torch.tensor([ids, pos, steps], dtype=torch.long).to(self.device, non_blocking=True)
+            inputs = torch.tensor([ids, pos], dtype=torch.long).to(self.device, non_blocking=True)
             self._ids[:batch, 0].copy_(inputs[0])
             self._pos[:batch].copy_(inputs[1])
             if self._graphs is not None:
@@ -197,7 +197,7 @@ class BatchEngine:
             self._count_forward(batch)
             self.stats.decode_steps += 1
             sampling = self._decode_sampling(batch)
-            sampled = to_host(sample_batch(logits, sampling, inputs[2]), sampling)
+            sampled = to_host(sample_batch(logits, sampling, steps), sampling)
             self._append(rows, [sampled[r.slot] for r in rows])
         except Exception as exc:  # the cache may be half-updated: fail and reset the whole batch
             log.exception("local engine: decode step of %d request(s) failed", len(rows))
@@ -318,8 +318,8 @@ class BatchEngine:
                                           if end == len(row.prompt_ids)], device=self.device)
                     done = [row for row, _ in finished]
                     sampling = SamplingBatch([r.sampling for r in done], [r.key for r in done], self.device)
-                    steps = torch.zeros(len(done), dtype=torch.long, device=self.device)
-                    self._append(done, to_host(sample_batch(logits.index_select(0, index), sampling, steps), sampling))
+                    self._append(done, to_host(sample_batch(logits.index_select(0, index), sampling, [0] * len(done)),
+                                               sampling))
             pending = [r for r in pending if cursor[id(r)] < len(r.prompt_ids)]
 
     def _plan(self, rows: list[Row], cursor: dict[int, int]) -> list[list[tuple[Row, int, int]]]:

@@ -44,6 +44,7 @@ class DecodeGraphs:
 
     def clear(self) -> None:
         self._graphs.clear()
+        self._pool = torch.cuda.graph_pool_handle()  # the old pool goes with its graphs
 
     def ready(self, rows: int, kv_len: int) -> bool:
         return (rows, kv_len) in self._graphs

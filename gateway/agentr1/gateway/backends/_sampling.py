@@ -6,10 +6,10 @@ reported log-probability is ``log_softmax(logits / temperature)[token]`` in floa
 top-k/top-p truncation (temperature 0 = greedy: the logits as they are) — the quantity a trainer
 recomputes.
 
-Randomness is counter-based: the Gumbel noise of vocabulary entry ``v`` at output position ``n``
-of a row is a hash of (the row's 64-bit key, ``n``, ``v``). A row's draws therefore depend only on
-its seed and on how many tokens it has sampled, never on the batch it shares or on a generator's
-state, and the whole batch samples in a fixed number of tensor operations (no per-row Python).
+Randomness is counter-based: a row samples by inverse CDF with one uniform number per step, a
+hash of (the row's 64-bit key, its output position). A row's draws therefore depend only on its
+seed and on how many tokens it has sampled, never on the batch it shares or on a generator's
+state, and the batch samples in a few passes over the logits (no noise over the vocabulary).
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ __all__ = [
 ]
 
 GREEDY_BELOW = 1e-5  # temperatures below this decode greedily
-_M32 = 0xFFFF_FFFF
-_GOLDEN = 0x9E37_79B9
 
 
 def is_greedy(params: SamplingParams) -> bool:
@@ -81,9 +79,7 @@ class SamplingBatch:
         self.scaled = any(not g and p.temperature != 1.0 for g, p in zip(greedy, params, strict=True))
         sampled = [i for i, g in enumerate(greedy) if not g]
         self.sampled_rows = torch.tensor(sampled, dtype=torch.long, device=device) if sampled else None
-        self.n_sampled = len(sampled)
-        self.key_hi = torch.tensor([(keys[i] >> 32) & _M32 for i in sampled], dtype=torch.long, device=device)
-        self.key_lo = torch.tensor([keys[i] & _M32 for i in sampled], dtype=torch.long, device=device)
+        self.rows, self.n_sampled, self.keys = sampled, len(sampled), list(keys)
         truncated = [j for j, i in enumerate(sampled) if params[i].top_p < 1.0 or params[i].top_k > 0]
         self.truncated = torch.tensor(truncated, dtype=torch.long, device=device) if truncated else None
         self.top_p = torch.tensor([float(params[sampled[j]].top_p) for j in truncated], device=device)
@@ -98,22 +94,18 @@ class SamplingBatch:
         self.max_top_logprobs = max(self.top_logprobs, default=0)
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (lowbias32) of int64 tensors holding values in [0, 2**32)."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB_352D) & _M32
-    x = x ^ (x >> 15)
-    x = (x * 0x846C_A68B) & _M32
-    return x ^ (x >> 16)
+def _mix64(key: int, step: int) -> int:
+    """splitmix64 of (key, step): the random bits of one row's draw at one output position."""
+    x = (key + (step + 1) * 0x9E37_79B9_7F4A_7C15) & 0xFFFF_FFFF_FFFF_FFFF
+    x = ((x ^ (x >> 30)) * 0xBF58_476D_1CE4_E5B9) & 0xFFFF_FFFF_FFFF_FFFF
+    x = ((x ^ (x >> 27)) * 0x94D0_49BB_1331_11EB) & 0xFFFF_FFFF_FFFF_FFFF
+    return x ^ (x >> 31)
 
 
-def _gumbel(key_hi: torch.Tensor, key_lo: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise [rows, vocab] from (key, output position, vocabulary index)."""
-    row = _mix32(key_lo ^ _mix32((key_hi + _mix32(steps & _M32)) & _M32))
-    index = (torch.arange(vocab, device=row.device, dtype=torch.long) * _GOLDEN) & _M32
-    bits = _mix32(_mix32((row[:, None] + index[None, :]) & _M32) ^ row[:, None])
-    uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # in (0, 1)
-    return -torch.log(-torch.log(uniform))
+def _uniforms(batch: SamplingBatch, steps: list[int], device: torch.device) -> torch.Tensor:
+    """One uniform number in (0, 1) per sampled row, a function of (row key, output position)."""
+    values = [((_mix64(batch.keys[i], steps[i]) >> 40) + 0.5) / (1 << 24) for i in batch.rows]
+    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
 
 
 def _truncate(x: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -146,21 +138,27 @@ class SampledBatch:
     top_logprobs: torch.Tensor | None = None
 
 
-def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: torch.Tensor) -> SampledBatch:
-    """Sample one token per row of ``logits`` ([B, vocab]); ``steps`` [B] is each row's output position.
+def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int]) -> SampledBatch:
+    """Sample one token per row of ``logits`` ([B, vocab]); ``steps[i]`` is row i's output position.
 
-    Sampled rows use the Gumbel-max trick: ``argmax(x + Gumbel noise)`` over the truncated scaled
-    logits ``x`` draws from ``softmax(x)``. Nothing here waits on the device."""
+    Sampled rows draw by inverse CDF: the first token whose cumulative ``softmax(x)`` (``x``: the
+    truncated scaled logits) exceeds the row's uniform number. Nothing here waits on the device."""
     logits = logits.float()
     scaled = logits / batch.temperature[:, None] if batch.scaled else logits
     log_norm = torch.logsumexp(scaled, dim=-1)
-    chosen = scaled.argmax(dim=-1)
+    if batch.n_sampled < batch.size:
+        chosen = scaled.argmax(dim=-1)
+    else:  # every row samples: nothing is greedy
+        chosen = torch.zeros(batch.size, dtype=torch.long, device=scaled.device)
     if batch.sampled_rows is not None:
         x = scaled.index_select(0, batch.sampled_rows)
         if batch.truncated is not None:
             x = _truncate(x, batch)
-        noise = _gumbel(batch.key_hi, batch.key_lo, steps.index_select(0, batch.sampled_rows), x.shape[-1])
-        chosen = chosen.index_copy(0, batch.sampled_rows, (x + noise).argmax(dim=-1))
+        norm = torch.logsumexp(x, dim=-1) if batch.truncated is not None else log_norm[batch.sampled_rows]
+        cdf = torch.exp_(x - norm[:, None]).cumsum_(dim=-1)  # inverse-CDF sampling: one uniform per row
+        target = (_uniforms(batch, steps, x.device) * cdf[:, -1])[:, None]
+        drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_max_(x.shape[-1] - 1)
+        chosen = chosen.index_copy(0, batch.sampled_rows, drawn)
     logprobs = scaled.gather(1, chosen[:, None]).squeeze(1) - log_norm
     out = SampledBatch(chosen, logprobs)
     if batch.max_top_logprobs:
@@ -197,5 +195,4 @@ def sample_next(
         else:
             keys.append(int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)))
     batch = SamplingBatch(params, keys, logits.device)
-    steps = torch.zeros(len(params), dtype=torch.long, device=logits.device)
-    return to_host(sample_batch(logits, batch, steps), batch)
+    return to_host(sample_batch(logits, batch, [0] * len(params)), batch)

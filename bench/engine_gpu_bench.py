@@ -1,0 +1,185 @@
+"""GPU decode speed of the local engine against plain transformers ``generate``, all in one run,
+then the engine's exactness checks (tests/backends/test_engine_exactness.py) on the same GPU.
+
+    python3 bench/engine_gpu_bench.py --tokenizer .benchtok --out $OUT/engine_gpu.jsonl
+
+A random SmolLM2-135M-shaped bf16 model (built from SmolLM2's config, no weights needed), one
+random 300-token prompt per request, 64 new tokens sampled at temperature 1 (the random model
+almost never samples an end token; generated tokens are counted, not assumed), at batch 1, 32,
+128 and 256. Per batch: our ``local`` engine (requests submitted together through the backend's
+asyncio API, slot KV cache, CUDA graphs), ``model.generate`` eager (dynamic cache) and
+``model.generate(cache_implementation="static")`` (transformers compiles the decode step: the
+baseline). Each is run once untimed (graph capture / compilation) and then timed; wall time
+includes the prefill. The device image has no fastapi, so the engine modules are imported without
+the gateway app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
+
+
+def import_engine() -> Any:
+    """``LocalBackend``; where fastapi is missing, ``agentr1.gateway`` is entered without its app."""
+    for part in ("core", "gateway", "tests/backends"):
+        sys.path.insert(0, str(ROOT / part))
+    try:
+        import fastapi  # noqa: F401
+    except ImportError:
+        package = types.ModuleType("agentr1.gateway")
+        package.__path__ = [str(ROOT / "gateway/agentr1/gateway")]
+        sys.modules["agentr1.gateway"] = package
+    from agentr1.gateway.backends.local import LocalBackend
+
+    return LocalBackend
+
+
+def build_random_model(tokenizer_dir: Path, out: Path) -> Path:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_dir / name).is_file():
+            shutil.copy(tokenizer_dir / name, out / name)
+    return out
+
+
+def random_prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(batch)
+    return torch.randint(100, vocab - 100, (batch, length), generator=generator).tolist()
+
+
+def time_engine(backend: Any, prompts: list[list[int]], tokens: int) -> dict[str, float]:
+    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
+
+    requests = [GenerateRequest(prompt_ids=p, sampling=SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=i))
+                for i, p in enumerate(prompts)]
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(backend.generate(r) for r in requests))
+
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    results = asyncio.run(together())
+    wall = time.perf_counter() - started
+    generated = sum(len(r.output_ids) for r in results)
+    return {"wall_s": wall, "tokens": generated, "tokens_per_s": generated / wall}
+
+
+def time_generate(model: Any, prompts: list[list[int]], tokens: int, **options: Any) -> dict[str, float]:
+    ids = torch.tensor(prompts, device="cuda")
+    mask = torch.ones_like(ids)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+                             do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **options)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    generated = (out.shape[1] - ids.shape[1]) * ids.shape[0]
+    return {"wall_s": wall, "tokens": generated, "tokens_per_s": generated / wall}
+
+
+def record(out: Path, row: dict[str, Any]) -> None:
+    print(json.dumps(row), flush=True)
+    with out.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    vocab = 49152
+    backend = local_backend(model_dir, device="cuda", dtype="bfloat16", max_batch_size=max(args.batches))
+    backend.start_sync()
+    for batch in args.batches:
+        prompts = random_prompts(batch, args.prompt, vocab)
+        time_engine(backend, prompts, args.tokens)  # graph capture
+        row = time_engine(backend, prompts, args.tokens)
+        record(out, {"engine": "agentr1 local", "batch": batch, **row, "graph_captures": backend.stats.graph_captures})
+    asyncio.run(backend.close())
+    del backend
+    torch.cuda.empty_cache()
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = model.cuda().eval()
+    for name, options in (("generate eager", {}), ("generate static (baseline)", {"cache_implementation": "static"})):
+        for batch in args.batches:
+            if time.perf_counter() - START > args.budget_s:
+                record(out, {"engine": name, "batch": batch, "skipped": "time budget"})
+                continue
+            prompts = random_prompts(batch, args.prompt, vocab)
+            time_generate(model, prompts, args.tokens, **options)  # compilation / warm-up
+            record(out, {"engine": name, "batch": batch, **time_generate(model, prompts, args.tokens, **options)})
+
+
+def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
+    from test_engine_exactness import (
+        check_logprobs_match_a_plain_forward,
+        check_prefix_reuse_is_exact,
+        check_weight_sync_reaches_cached_prefixes,
+    )
+
+    from agentr1.core.models import build_tiny_random_model
+
+    tiny = build_tiny_random_model(work / "tiny", base=tokenizer_dir)
+    other = build_tiny_random_model(work / "other", base=tokenizer_dir, seed=9)
+    checks = {
+        "logprobs match a plain forward (float32, 12 batched requests)":
+            lambda: check_logprobs_match_a_plain_forward(tiny, "cuda"),
+        "prefix reuse: same ids, logprobs within 2e-3, prefill <= 1.3x (8 turns)":
+            lambda: check_prefix_reuse_is_exact(tiny, "cuda", bit_exact=False),
+        "prefix reuse: logprobs bit-exact": lambda: check_prefix_reuse_is_exact(tiny, "cuda", bit_exact=True),
+        "weight sync drops prefixes, matches a fresh engine":
+            lambda: check_weight_sync_reaches_cached_prefixes(tiny, other, "cuda"),
+    }
+    for name, check in checks.items():
+        try:
+            check()
+            record(out, {"check": name, "passed": True})
+        except Exception as exc:  # noqa: BLE001 - report every check
+            record(out, {"check": name, "passed": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+
+
+START = time.perf_counter()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", type=Path, required=True, help="SmolLM2's tokenizer + config directory")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/engine-bench"))
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128, 256])
+    parser.add_argument("--prompt", type=int, default=300)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--budget-s", type=float, default=420.0, help="skip baseline runs after this")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "exactness"])
+    args = parser.parse_args()
+    local_backend = import_engine()
+    args.work.mkdir(parents=True, exist_ok=True)
+    record(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                      "transformers": __import__("transformers").__version__})
+    if "exactness" not in args.skip:
+        exactness(args.tokenizer, args.work, args.out)
+    if "speed" not in args.skip:
+        speed(args, local_backend, build_random_model(args.tokenizer, args.work / "random-smollm2"), args.out)
+
+
+if __name__ == "__main__":
+    main()

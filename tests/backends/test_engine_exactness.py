@@ -1,0 +1,134 @@
+"""The local engine stays exact: sampled-token log-probabilities equal a plain forward pass of the
+same ids, prefix reuse changes nothing that is sampled, weight sync reaches the cached state.
+
+The checks are plain functions of a model directory and a device so that ``bench/engine_gpu_bench.py``
+runs the same ones on a GPU; here they run on the CPU with the tiny random model."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+import torch
+
+from agentr1.core.models import build_tiny_random_model
+from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.gateway.backends.local import LocalBackend
+
+DEVICE = os.environ.get("AGENTR1_TEST_DEVICE", "cpu")
+TOLERANCE = {"cpu": 1e-4, "cuda": 2e-3}  # float32; cuda kernels sum in other orders
+
+
+def start(path: Any, device: str, **kwargs: Any) -> LocalBackend:
+    backend = LocalBackend(path, device=device, dtype="float32", num_threads=1 if device == "cpu" else None,
+                           **kwargs)
+    backend.start_sync()
+    return backend
+
+
+def generate_all(backend: LocalBackend, requests: list[GenerateRequest]) -> list[GenerateResult]:
+    async def together() -> list[GenerateResult]:
+        return await asyncio.gather(*(backend.generate(r) for r in requests))
+
+    return asyncio.run(together())
+
+
+def plain_logprobs(model: Any, prompt: list[int], result: GenerateResult, temperature: float) -> list[float]:
+    """log_softmax(logits / T) of each sampled token from one full forward over prompt + output."""
+    with torch.no_grad():
+        ids = torch.tensor([prompt + result.output_ids], device=model.device)
+        logits = model(ids).logits[0].float()
+    logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
+    return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(result.output_ids)]
+
+
+def check_logprobs_match_a_plain_forward(path: Any, device: str) -> None:
+    backend = start(path, device, max_batch_size=16)
+    try:
+        tok = backend.tokenizer
+        settings = [dict(temperature=0.0), dict(temperature=1.0, seed=1), dict(temperature=0.7, top_p=0.9, seed=2),
+                    dict(temperature=1.2, top_k=30, seed=3)]
+        requests = []
+        for i in range(12):
+            text = f"<|im_start|>user\nquestion {i}: " + "why? " * i + "<|im_end|>\n<|im_start|>assistant\n"
+            sampling = SamplingParams(max_new_tokens=10 + i, **settings[i % len(settings)])
+            requests.append(GenerateRequest(prompt_ids=tok.encode(text, add_special_tokens=False), sampling=sampling))
+        for request, result in zip(requests, generate_all(backend, requests), strict=True):
+            expected = plain_logprobs(backend.model, request.prompt_ids, result, request.sampling.temperature)
+            assert result.logprobs == pytest.approx(expected, abs=TOLERANCE[device])
+    finally:
+        asyncio.run(backend.close())
+
+
+def session_turns(backend: LocalBackend, turns: int, **sampling: Any) -> tuple[list[GenerateResult], list[int]]:
+    """An agent-like session at the token level: each prompt extends the previous prompt + output."""
+    tok = backend.tokenizer
+    prompt = tok.encode("<|im_start|>system\nYou are a careful assistant.<|im_end|>\n", add_special_tokens=False)
+    results = []
+    for turn in range(turns):
+        prompt = prompt + tok.encode(f"<|im_start|>user\nstep {turn}: go on<|im_end|>\n<|im_start|>assistant\n",
+                                     add_special_tokens=False)
+        result = asyncio.run(backend.generate(GenerateRequest(
+            prompt_ids=list(prompt), sampling=SamplingParams(max_new_tokens=24, seed=turn, **sampling))))
+        results.append(result)
+        prompt = prompt + result.output_ids
+    return results, prompt
+
+
+def check_prefix_reuse_is_exact(path: Any, device: str, *, bit_exact: bool) -> None:
+    for sampling in (dict(temperature=0.0), dict(temperature=1.0, top_p=0.95)):
+        reused_backend, plain_backend = start(path, device), start(path, device, prefix_cache=False)
+        try:
+            reused, final = session_turns(reused_backend, 8, **sampling)
+            plain, _ = session_turns(plain_backend, 8, **sampling)
+            prefilled = reused_backend.stats.prefill_tokens
+        finally:
+            asyncio.run(reused_backend.close())
+            asyncio.run(plain_backend.close())
+        for a, b in zip(reused, plain, strict=True):
+            assert a.output_ids == b.output_ids
+            if bit_exact:
+                assert a.logprobs == b.logprobs
+            else:
+                assert a.logprobs == pytest.approx(b.logprobs, abs=TOLERANCE[device])
+        assert [r.cached_tokens for r in plain] == [0] * 8
+        assert reused[0].cached_tokens == 0 and all(r.cached_tokens > 0 for r in reused[1:])
+        assert prefilled == sum(r.prompt_tokens - r.cached_tokens for r in reused)
+        assert prefilled <= 1.3 * len(final), (prefilled, len(final))
+
+
+def check_weight_sync_reaches_cached_prefixes(path: Any, other: Any, device: str) -> None:
+    backend, fresh = start(path, device), start(other, device)
+    try:
+        tok = backend.tokenizer
+        prompt = tok.encode("<|im_start|>user\nSync the weights, then answer.<|im_end|>\n<|im_start|>assistant\n",
+                            add_special_tokens=False)
+        request = GenerateRequest(prompt_ids=prompt, sampling=SamplingParams(max_new_tokens=12, temperature=0.0))
+        before = asyncio.run(backend.generate(request))
+        again = asyncio.run(backend.generate(request))
+        assert again.cached_tokens > 0 and again.output_ids == before.output_ids
+        state = {k: v.to(backend.device) for k, v in fresh.model.state_dict().items()}
+        assert asyncio.run(backend.update_weights_from_tensors(state)) == 1
+        after = asyncio.run(backend.generate(request))
+        expected = asyncio.run(fresh.generate(request))
+        assert after.cached_tokens == 0  # the old policy's keys and values are gone
+        assert after.policy_version == 1 and after.output_ids == expected.output_ids
+        assert after.logprobs == pytest.approx(expected.logprobs, abs=TOLERANCE[device])
+    finally:
+        asyncio.run(backend.close())
+        asyncio.run(fresh.close())
+
+
+def test_logprobs_match_a_plain_forward(tiny_model_path):
+    check_logprobs_match_a_plain_forward(tiny_model_path, DEVICE)
+
+
+def test_prefix_reuse_changes_nothing_sampled_and_prefills_each_token_about_once(tiny_model_path):
+    check_prefix_reuse_is_exact(tiny_model_path, DEVICE, bit_exact=DEVICE == "cpu")
+
+
+def test_weight_sync_drops_cached_prefixes_and_matches_a_fresh_engine(tiny_model_path, tmp_path):
+    other = build_tiny_random_model(tmp_path / "other", base=tiny_model_path, seed=9)
+    check_weight_sync_reaches_cached_prefixes(tiny_model_path, other, DEVICE)
