@@ -50,15 +50,10 @@ class session:
     # -- sync ------------------------------------------------------------------------------
 
     def __enter__(self) -> ActiveSession:
-        propagation.install()
-        outer = current_session()
-        if outer is not None and not self.new:
-            self.active = outer
+        if (outer := self._join_outer()) is not None:
             return outer
         method, path, _, body = create_call(*self.fields)
-        self.active, self._owner = as_session(request(method, path, json=body)), True
-        self._enter_context()
-        return self.active
+        return self._begin(request(method, path, json=body))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if not self._owner:
@@ -67,24 +62,17 @@ class session:
             method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
             request(method, path, sess, json=body)
         except Exception as err:
-            if exc is None:
-                raise
-            log.warning("could not mark session %s failed: %s", self.active.id if self.active else "?", err)
+            self._finish_failed(err, exc)
         finally:
             self._exit_context(exc)
 
     # -- async -----------------------------------------------------------------------------
 
     async def __aenter__(self) -> ActiveSession:
-        propagation.install()
-        outer = current_session()
-        if outer is not None and not self.new:
-            self.active = outer
+        if (outer := self._join_outer()) is not None:
             return outer
         method, path, _, body = create_call(*self.fields)
-        self.active, self._owner = as_session(await arequest(method, path, json=body)), True
-        self._enter_context()
-        return self.active
+        return self._begin(await arequest(method, path, json=body))
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if not self._owner:
@@ -93,13 +81,32 @@ class session:
             method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
             await arequest(method, path, sess, json=body)
         except Exception as err:
-            if exc is None:
-                raise
-            log.warning("could not mark session %s failed: %s", self.active.id if self.active else "?", err)
+            self._finish_failed(err, exc)
         finally:
             self._exit_context(exc)
 
     # -- shared ----------------------------------------------------------------------------
+
+    def _join_outer(self) -> ActiveSession | None:
+        """The enclosing session, which this one joins (unless ``new``); None: create a session."""
+        propagation.install()
+        outer = current_session()
+        if outer is not None and not self.new:
+            self.active = outer
+            return outer
+        return None
+
+    def _begin(self, created: Any) -> ActiveSession:
+        """The session the gateway created (its POST /sessions answer), made current."""
+        self.active, self._owner = as_session(created), True
+        self._enter_context()
+        return self.active
+
+    def _finish_failed(self, err: Exception, exc: BaseException | None) -> None:
+        """Finishing the session failed: raise that, unless the body already raised (then only log)."""
+        if exc is None:
+            raise err
+        log.warning("could not mark session %s failed: %s", self.active.id if self.active else "?", err)
 
     def _outcome(self, exc: BaseException | None) -> tuple[str, float | None, str | None]:
         if exc is None:
