@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -31,13 +32,19 @@ from agentr1.store import TraceStore
 log = logging.getLogger("agentr1.gateway")
 
 
-def _default_renderer(settings: GatewaySettings, backend: Backend) -> Any:
-    from agentr1.core import resolve_model
-    from agentr1.core.rendering import load_renderer
+def _default_renderer(settings: GatewaySettings, backend: Backend, store: TraceStore) -> Any:
+    from agentr1.core import is_vlm_dir, resolve_model
+    from agentr1.core.rendering import ImagePolicy, load_renderer, load_vision_renderer
 
     tokenizer = getattr(backend, "tokenizer", None)
     if tokenizer is None and not backend.trainable:  # an external model (litellm): nothing to render
         return None
+    model = Path(settings.model).expanduser()
+    if is_vlm_dir(model):  # a vision-language model (a local directory): its processor renders the images
+        policy = ImagePolicy(max_bytes=settings.image_max_bytes, max_pixels=settings.image_max_pixels,
+                             max_images=settings.image_max_count, allow_remote=settings.image_allow_remote,
+                             local_dirs=tuple(Path(d) for d in settings.image_local_dirs))
+        return load_vision_renderer(model, policy=policy, resolve_ref=store.images.get)
     return load_renderer(tokenizer if tokenizer is not None else resolve_model(settings.model))
 
 
@@ -62,7 +69,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_store = store is None
-        trace_store = store or TraceStore.open(settings.db, migrate=True)
+        trace_store = store or TraceStore.open(settings.db, migrate=True, image_dir=settings.image_dir)
         model_backend = backend or build_backend(settings)
         await model_backend.start()
         writer = StepWriter(trace_store, batch_size=settings.write_batch_size,
@@ -70,7 +77,7 @@ def create_app(
         await writer.start()
         app.state.gateway = Gateway(
             settings=settings, backend=model_backend,
-            renderer=renderer or _default_renderer(settings, model_backend),
+            renderer=renderer or _default_renderer(settings, model_backend, trace_store),
             sessions=SessionRegistry(trace_store, auto_session=settings.auto_session,
                                      default_run=settings.default_run),
             writer=writer, metrics=metrics,

@@ -71,6 +71,18 @@ class GatewaySettings(BaseSettings):
         "or a gateway that died mid-session); checked periodically. 0: never.",
     )
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1, description="Larger request bodies get 413.")
+    # -- images (vision-language models: docs/multimodal.md)
+    image_max_bytes: int = Field(10 * 1024 * 1024, ge=1, description="Largest image accepted (encoded bytes); "
+                                 "larger ones get 400.")
+    image_max_pixels: int = Field(4096 * 4096, ge=1, description="Largest image accepted (width x height).")
+    image_max_count: int = Field(16, ge=1, description="Images per request at most.")
+    image_local_dirs: list[str] = Field(default_factory=list, description="Directories that file:// image URLs "
+                                        "may point into (repeat for several). None: file URLs get 400.")
+    image_allow_remote: bool = Field(False, description="Fetch http(s) image URLs. Off (default): they get 400, so "
+                                     "the gateway never fetches addresses agents name.")
+    image_dir: str | None = Field(None, description="Where image bytes are stored once, by sha256 (default: "
+                                  "<database file>.images beside a SQLite store; ~/.cache/agentr1/images otherwise; "
+                                  "gateways sharing a PostgreSQL store need one shared directory).")
     max_tokens_default: int = Field(512, ge=1, description="max_tokens of calls that give none.")
     request_timeout_s: float = Field(600.0, gt=0, description="Seconds a remote backend may take for one call.")
     keep_alive_s: float = Field(75.0, gt=0, description="Seconds an idle client connection stays open: longer than "

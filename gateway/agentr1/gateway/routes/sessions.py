@@ -12,7 +12,7 @@ from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.schemas import RewardCreate, SessionCreate, SessionFinish
-from agentr1.store import SessionNotRunning, UnknownSession, UnknownStep
+from agentr1.store import SessionNotRunning, UnknownSession, UnknownStep, session_with_images
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -51,7 +51,8 @@ async def get_session(session_id: str, request: Request) -> dict[str, Any]:
         record = await asyncio.to_thread(gw.sessions.store.get_session, session_id)
     except UnknownSession as exc:
         raise APIError(404, str(exc), code="session_not_found") from exc
-    return record.to_dict()
+    # images come back as the agent sent them (the store keeps them once, by hash)
+    return await asyncio.to_thread(session_with_images, record, gw.sessions.store.images)
 
 
 @router.post("/{session_id}/rewards", status_code=201)
