@@ -82,6 +82,23 @@ def floor_app(port: int):
     return app
 
 
+def gateway_app(kind: str, model: str, db: str, *, durable: bool = True) -> tuple[Any, Any]:
+    """The benchmark gateway's ASGI app and settings: ``instant`` (InstantBackend answering "4" with
+    ``model``'s tokenizer) or ``local`` (the embedded engine on ``model``)."""
+    from agentr1.core.models import resolve_model
+    from agentr1.core.rendering import load_renderer
+    from agentr1.gateway.app import create_app
+    from agentr1.gateway.backends.instant import InstantBackend
+    from agentr1.gateway.settings import GatewaySettings
+
+    settings = GatewaySettings(model=model, db=db, accept_any_model=True, durable_writes=durable, device="cpu")
+    backend = renderer = None
+    if kind == "instant":
+        renderer = load_renderer(resolve_model(model))
+        backend = InstantBackend(renderer.tokenizer, "4", model_name="bench")
+    return create_app(settings, backend=backend, renderer=renderer), settings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kind", choices=["instant", "local", "floor"], default="instant")
@@ -98,20 +115,7 @@ def main() -> None:
     if args.kind == "floor":
         uvicorn.run(floor_app(args.port), host="127.0.0.1", port=args.port, log_level="warning", **uvicorn_options())
         return
-
-    from agentr1.core.models import resolve_model
-    from agentr1.core.rendering import load_renderer
-    from agentr1.gateway.app import create_app
-    from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.settings import GatewaySettings
-
-    settings = GatewaySettings(model=args.model, db=args.db, accept_any_model=True, durable_writes=not args.fast_writes,
-                               device="cpu")
-    backend = renderer = None
-    if args.kind == "instant":
-        renderer = load_renderer(resolve_model(args.model))
-        backend = InstantBackend(renderer.tokenizer, "4", model_name="bench")
-    app = create_app(settings, backend=backend, renderer=renderer)
+    app, settings = gateway_app(args.kind, args.model, args.db, durable=not args.fast_writes)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", **uvicorn_options(settings))
 
 

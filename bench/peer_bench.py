@@ -12,9 +12,10 @@ model gateway 0.1.0 (SQLite store) and Agent Lightning 1.0.2 (in memory), each i
 agentlightning==1.0.2 rllm-model-gateway==0.1.0``.
 
 Each call is an 11-message (~290-token) chat prompt, the last message naming the session and the
-call, ``max_tokens`` 32 (the backend's reply is 32 tokens). Per target, in this order: a warm-up
-session, then ``--seq-sessions`` x ``--calls`` calls one at a time (latency p50/p99, calls/s at 1
-session), then ``--sessions`` sessions x ``--calls`` calls concurrently (calls/s at 64 sessions).
+call, ``max_tokens`` 32 (the backend's reply is 32 tokens). All gateways start first; each gets a
+warm-up session; then, gateway after gateway, ``--seq-sessions`` x ``--calls`` calls one at a time
+(latency p50/p99, calls/s at 1 session); then, gateway after gateway, ``--sessions`` sessions x
+``--calls`` calls concurrently (calls/s at 64 sessions).
 Clients are plain ``httpx.AsyncClient`` pools (default keep-alive expiry, 5 s, as the OpenAI client),
 one per phase, sized to the sessions. A call that fails (transport error, non-200 status, an answer
 without text) is counted as a client-side error and the session goes on. After the load, the calls
@@ -189,14 +190,16 @@ def main() -> None:
             gw.start()
         for gw in gateways:
             asyncio.run(run_phase(gw, sessions=1, calls=5, max_tokens=args.max_tokens, tag="warmup", concurrent=False))
-            phases = {}
-            for phase, n, concurrent in (("sequential", args.seq_sessions, False), ("concurrent", args.sessions, True)):
+            results[gw.name] = {}
+        # phase by phase, every gateway in turn: a change of the machine's load during the run
+        # (other jobs) then falls on all of them within minutes, not on one phase of one gateway
+        for phase, n, concurrent in (("sequential", args.seq_sessions, False), ("concurrent", args.sessions, True)):
+            for gw in gateways:
                 r = asyncio.run(run_phase(gw, sessions=n, calls=args.calls, max_tokens=args.max_tokens,
                                           tag=f"{gw.name}-{phase}", concurrent=concurrent))
                 r.stored = gw.stored(r.session_urls)
-                phases[phase] = r.summary()
-                print(f"{gw.name:8s} {phase:10s} {json.dumps(phases[phase])}", flush=True)
-            results[gw.name] = phases
+                results[gw.name][phase] = r.summary()
+                print(f"{gw.name:8s} {phase:10s} {json.dumps(results[gw.name][phase])}", flush=True)
         load["end"] = os.getloadavg()
     finally:
         for gw in gateways:

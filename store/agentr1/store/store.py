@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -32,6 +32,15 @@ from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, Ru
 
 FINAL_STATUSES = ("finished", "failed", "abandoned")
 _STEPS = StepRow.__table__
+# The gateway's write path (append_steps, attach_feedback) runs these prebuilt Core statements on one
+# connection: building statements and an ORM session per commit cost more CPU than the SQL itself.
+_SESSIONS_FOUND = select(SessionRow.__table__.c.id).where(SessionRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
+_INSERT_STEPS = insert(_STEPS)
+_ATTACH_FEEDBACK = (
+    update(_STEPS)
+    .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
+    .values(feedback_messages=bindparam("b_messages"), feedback_ids=bindparam("b_ids"))
+)
 
 
 def new_id() -> str:
@@ -47,6 +56,7 @@ class TraceStore:
 
     def __init__(self, engine: Engine, images: ImageStore | None = None) -> None:
         self.engine = engine
+        self._writer_engine = engine.execution_options(sqlite_write=True)  # SQLite: BEGIN IMMEDIATE
         # image bytes by content hash, beside the database; steps keep references (see blobs.py)
         self.images = images or ImageStore.for_database(str(engine.url))
 
@@ -93,7 +103,7 @@ class TraceStore:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
-        with Session(self.engine.execution_options(sqlite_write=True), expire_on_commit=False) as db:
+        with Session(self._writer_engine, expire_on_commit=False) as db:
             with db.begin():
                 yield db
 
@@ -250,16 +260,16 @@ class TraceStore:
         steps = [externalize_step(s, self.images) for s in steps]
         feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
                     for fb in feedback]
-        with self._write() as db:
-            found = set(db.scalars(select(SessionRow.id).where(SessionRow.id.in_(session_ids))))
+        with self._writer_engine.begin() as conn:  # one transaction, committed on exit (Core, not ORM)
+            found = set(conn.scalars(_SESSIONS_FOUND, {"ids": list(session_ids)})) if session_ids else set()
             for sid in session_ids - found:
                 raise UnknownSession(sid)
             if steps:
                 try:
-                    db.execute(insert(_STEPS), [s.row_values() for s in steps])
+                    conn.execute(_INSERT_STEPS, [s.row_values() for s in steps])
                 except IntegrityError as exc:
                     raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
-            self._attach_many(db, feedback)
+            self._attach_many(conn, feedback)
 
     def last_step(self, session_id: str) -> StepRecord | None:
         with self._read() as db:
@@ -269,26 +279,21 @@ class TraceStore:
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         messages = externalize_images(messages, self.images)
-        with self._write() as db:
-            self._attach_many(db, [FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)])
+        with self._writer_engine.begin() as conn:
+            self._attach_many(conn, [FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)])
 
     @staticmethod
-    def _attach_many(db: Session, feedback: Sequence[FeedbackRecord]) -> None:
-        """One executemany for all feedback (Core, not ORM: this is the gateway's write path)."""
+    def _attach_many(conn: Connection, feedback: Sequence[FeedbackRecord]) -> None:
+        """One executemany for all feedback, in the caller's transaction."""
         if not feedback:
             return
-        stmt = (
-            update(_STEPS)
-            .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
-            .values(feedback_messages=bindparam("b_messages"), feedback_ids=bindparam("b_ids"))
-        )
         rows = [{"b_session": fb.session_id, "b_index": fb.index, "b_messages": fb.messages,
                  "b_ids": encode_ids(fb.ids)} for fb in feedback]
-        result = db.connection().execute(stmt, rows)
+        result = conn.execute(_ATTACH_FEEDBACK, rows)
         if result.rowcount != len(rows):  # find the step that is missing, for a useful error
             for fb in feedback:
-                found = db.scalar(select(_STEPS.c.id).where(_STEPS.c.session_id == fb.session_id,
-                                                            _STEPS.c.index == fb.index))
+                found = conn.scalar(select(_STEPS.c.id).where(_STEPS.c.session_id == fb.session_id,
+                                                              _STEPS.c.index == fb.index))
                 if found is None:
                     raise UnknownStep(fb.session_id, fb.index)
 
