@@ -1,0 +1,45 @@
+"""`agentr1 eval` (evaluate_checkpoint): a checkpoint served by an embedded gateway, the agent run on
+the held-out tasks, scored by the job's reward functions; and the one success/reward metric."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agentr1.store import SessionRecord, TraceStore
+from agentr1.trainer.config import JobConfig
+from agentr1.trainer.evaluate import evaluate_checkpoint, outcome_metrics
+from agentr1.trainer.rewards import SessionRewards
+
+
+def test_outcome_metrics_count_unfinished_sessions_as_zero():
+    sessions = [SessionRecord("a", status="finished"), SessionRecord("b", status="finished"),
+                SessionRecord("c", status="failed")]
+    rewards = {"a": SessionRewards("a", {}, 1.0), "b": SessionRewards("b", {}, -0.5),
+               "c": SessionRewards("c", {}, 5.0)}
+    assert outcome_metrics(sessions, rewards, success_key="s", reward_key="r") == {"s": 1 / 3, "r": 0.5 / 3}
+    assert outcome_metrics([], {}, success_key="s", reward_key="r") == {"s": 0.0, "r": 0.0}
+
+
+@pytest.mark.timeout(600)
+def test_evaluate_checkpoint_serves_scores_and_records_every_sample(tmp_path: Path, tiny_model_path: Path):
+    job = JobConfig.model_validate({
+        "run_name": "ev", "db": f"sqlite:///{tmp_path / 'traces.db'}",
+        "agent": {"entrypoint": "e2e_agent:solve", "timeout_s": 120},
+        "data": {"generator": "e2e_agent:make_tasks", "train_size": 4, "val_size": 2},
+        "reward": {"functions": ["e2e_agent:token_reward"]},
+        "actor_rollout_ref": {"model": str(tiny_model_path), "rollout": {"max_concurrency": 4}},
+        "trainer": {"device": "cpu"},
+    })
+    result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
+    assert (result["run_id"], result["tasks"], result["samples"], result["failed"]) == ("ev-run", 2, 4, 0)
+    with TraceStore.open(job.db) as store:
+        sessions = [store.get_session(s.id) for s in store.list_sessions("ev-run")]
+    assert len(sessions) == 4 and all(s.status == "finished" and len(s.steps) == 2 for s in sessions)
+    assert all(s.steps[-1].model == "policy" for s in sessions)  # served by the embedded gateway's backend
+    outcomes = [s.reward for s in sessions]  # the reward function's result, stored per session
+    assert all(o is not None for o in outcomes)
+    assert result["reward"] == pytest.approx(sum(outcomes) / 4)
+    assert result["success"] == pytest.approx(sum(o > 0 for o in outcomes) / 4)
