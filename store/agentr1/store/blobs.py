@@ -127,7 +127,15 @@ def _walk_parts(messages: Any) -> Any:
 
 
 def _has_inline(messages: Any) -> bool:
-    for part in _walk_parts(messages):
+    # the gateway asks this of every step's whole history: text-only messages cost one type check each
+    for message in messages if isinstance(messages, list) else [messages]:
+        if isinstance(message, dict) and isinstance(message.get("content"), list) and _has_inline_part(message):
+            return True
+    return False
+
+
+def _has_inline_part(message: dict[str, Any]) -> bool:
+    for part in _walk_parts(message):
         slot = _slots(part)
         if slot is not None and not str(slot[0][slot[1]]).startswith(IMAGE_REF_PREFIX):
             value = str(slot[0][slot[1]])
@@ -203,7 +211,7 @@ def image_refs(messages: Any) -> list[str]:
 def externalize_step(step: Any, images: ImageStore) -> Any:
     """A step record with the images of its messages stored (the same record when it has none)."""
     sent = externalize_images(step.messages_sent, images)
-    seen = externalize_images(step.messages_seen, images)
+    seen = sent if step.messages_seen is step.messages_sent else externalize_images(step.messages_seen, images)
     feedback = externalize_images(step.feedback_messages, images) if step.feedback_messages else step.feedback_messages
     if sent is step.messages_sent and seen is step.messages_seen and feedback is step.feedback_messages:
         return step
