@@ -108,11 +108,18 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
     vocab = 49152
     backend = local_backend(model_dir, device="cuda", dtype="bfloat16", max_batch_size=max(args.batches))
     backend.start_sync()
+    phases = timed_phases(backend._engine)
     for batch in args.batches:
         prompts = random_prompts(batch, args.prompt, vocab)
         time_engine(backend, prompts, args.tokens)  # graph capture
+        for phase in phases.values():
+            phase.update(calls=0, seconds=0.0)
         row = time_engine(backend, prompts, args.tokens)
-        record(out, {"engine": "agentr1 local", "batch": batch, **row, "graph_captures": backend.stats.graph_captures})
+        split = {f"{name}_ms": round(1000 * p["seconds"] / max(1, p["calls"]), 3) for name, p in phases.items()}
+        record(out, {"engine": "agentr1 local", "batch": batch, **row, **split,
+                     "graph_captures": backend.stats.graph_captures})
+    if args.profile:
+        profile_decode(backend, random_prompts(args.profile, args.prompt, vocab), args.tokens)
     asyncio.run(backend.close())
     del backend
     torch.cuda.empty_cache()
@@ -127,6 +134,50 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
             prompts = random_prompts(batch, args.prompt, vocab)
             time_generate(model, prompts, args.tokens, **options)  # compilation / warm-up
             record(out, {"engine": name, "batch": batch, **time_generate(model, prompts, args.tokens, **options)})
+
+
+def timed_phases(engine: Any) -> dict[str, dict[str, float]]:
+    """Wall time per prefill() / decode() call of the engine's worker (GPU work included: each ends
+    with a device-to-host transfer)."""
+    phases: dict[str, dict[str, float]] = {}
+    for name in ("prefill", "decode"):
+        phases[name] = {"calls": 0, "seconds": 0.0}
+        original = getattr(engine, name)
+
+        def timed(*a: Any, _original: Any = original, _phase: dict[str, float] = phases[name]) -> Any:
+            started = time.perf_counter()
+            try:
+                return _original(*a)
+            finally:
+                _phase["calls"] += 1
+                _phase["seconds"] += time.perf_counter() - started
+
+        setattr(engine, name, timed)
+    return phases
+
+
+def profile_decode(backend: Any, prompts: list[list[int]], tokens: int) -> None:
+    """cProfile of the worker's decode steps for one batch (where the host time goes)."""
+    import cProfile
+    import io
+    import pstats
+
+    engine, profiler = backend._engine, cProfile.Profile()
+    original = engine.decode
+
+    def profiled() -> None:
+        profiler.enable()
+        try:
+            original()
+        finally:
+            profiler.disable()
+
+    engine.decode = profiled
+    time_engine(backend, prompts, tokens)
+    engine.decode = original
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    print(text.getvalue()[:6000])
 
 
 def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
@@ -170,6 +221,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip baseline runs after this")
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "exactness"])
+    parser.add_argument("--profile", type=int, default=0, help="cProfile the engine's decode at this batch")
     args = parser.parse_args()
     local_backend = import_engine()
     args.work.mkdir(parents=True, exist_ok=True)

@@ -8,9 +8,11 @@ to the host per step. New requests are prefilled between decode steps and join t
 finished ones leave it at once and their results are delivered right away.
 
 Prefix reuse: prompts are prefilled in chunks aligned to multiples of :data:`CHUNK` positions, and
-a finished request's slot stays as an idle entry of a :class:`~._prefix.PrefixIndex` holding the
-full chunks of its prompt. A later prompt that starts with those ids (the next turn of an agent
-session, a resample) takes the slot and prefills from the first chunk it does not share, so
+the full chunks of a finished request's prompt are copied to an idle slot at the top of the cache,
+an entry of a :class:`~._prefix.PrefixIndex` (least recently used entries are evicted). A later
+prompt that starts with those ids (the next turn of an agent session, a resample, the other
+members of a group) copies them into its own slot and prefills from the first chunk it does not
+share, so
 ``GenerateResult.cached_tokens`` of its prompt tokens come from the cache. In ``exact`` mode (the
 default on the CPU) every prefill forward is one chunk of :data:`CHUNK` queries per row over
 exactly the positions up to the chunk's end, grouped by chunk, so a chunk's keys and values are
@@ -245,14 +247,14 @@ class BatchEngine:
         self._repack(slots, capacity)
 
     def _repack(self, slots: int, capacity: int) -> None:
-        """Reallocate the cache: running rows first (slots 0..), then idle prefixes, newest first."""
+        """Reallocate the cache: running rows at the bottom (slots 0..), idle prefixes at the top."""
         moves: dict[int, int] = {}
         for row in sorted(self.rows, key=lambda r: r.slot):
             moves[row.slot] = len(moves)
-        idle = list(reversed(self.prefixes.slots()))[: slots - len(moves)]
+        idle = list(reversed(self.prefixes.slots()))[: slots - len(moves)]  # newest first
         kept = {s: self.prefixes.tokens(s) for s in idle}
-        for slot in idle:
-            moves[slot] = len(moves)
+        for i, slot in enumerate(idle):
+            moves[slot] = slots - 1 - i
         self.cache.resize(slots, capacity, moves)
         self.prefixes.clear()
         for slot in reversed(idle):
@@ -273,31 +275,54 @@ class BatchEngine:
         log.info("local engine: KV cache %d slots x %d positions (%.2f GB)", slots, capacity,
                  slots * capacity * self.cache.bytes_per_token / 1e9)
 
+    def _free_slots(self) -> list[int]:
+        return [s for s, r in enumerate(self.slot_rows) if r is None and s not in self.prefixes]
+
     def _claim_slot(self, row: Row) -> None:
-        """Give ``row`` the idle slot with its longest cached prefix, else a free (or the least
-        recently used idle) slot."""
-        reuse, slot = 0, None
+        """Give ``row`` the lowest free slot (running rows stay packed at the bottom, so a decode
+        step covers few idle slots) and copy in the longest cached prefix of its prompt."""
+        best, reuse = None, 0
         if self.prefix_cache:
             best, shared = self.prefixes.longest(row.prompt_ids)
             reuse = (min(shared, len(row.prompt_ids) - 1) // CHUNK) * CHUNK
-            if best is not None and reuse >= MIN_REUSE:
-                slot = best
-        if slot is None:
-            reuse = 0
-            free = [s for s, r in enumerate(self.slot_rows) if r is None and s not in self.prefixes]
-            slot = free[0] if free else self.prefixes.slots()[0]
-        self.prefixes.remove(slot)
+            if best is None or reuse < MIN_REUSE:
+                best, reuse = None, 0
+        free = self._free_slots()
+        if free:
+            slot = free[0]
+        else:  # evict the least recently used prefix (or take the matching one itself)
+            slot = best if best is not None else self.prefixes.slots()[0]
+            self.prefixes.remove(slot)
+        if best is not None and best != slot:
+            self.cache.copy_prefix(best, slot, reuse)
+            self.prefixes.touch(best)  # it stays cached: other rows may share it (a group, a retry)
         row.slot, row.cached = slot, reuse
         self.slot_rows[slot] = row
 
     def _release(self, row: Row, *, keep: bool) -> None:
-        """Free ``row``'s slot; with ``keep``, its prompt's full chunks stay there as a prefix."""
-        if row.slot < 0 or row.slot >= len(self.slot_rows) or self.slot_rows[row.slot] is not row:
+        """Free ``row``'s slot; with ``keep``, its prompt's full chunks are cached as a prefix (in the
+        highest free slot, replacing a cached prefix it extends, else the least recently used one)."""
+        slot = row.slot
+        if slot < 0 or slot >= len(self.slot_rows) or self.slot_rows[slot] is not row:
             return
-        self.slot_rows[row.slot] = None
-        if keep and self.prefix_cache:
-            self.prefixes.add(row.slot, row.prompt_ids[: (len(row.prompt_ids) // CHUNK) * CHUNK])
+        self.slot_rows[slot] = None
         row.slot = -1
+        tokens = row.prompt_ids[: (len(row.prompt_ids) // CHUNK) * CHUNK]
+        if not (keep and self.prefix_cache and len(tokens) >= MIN_REUSE):
+            return
+        best, shared = self.prefixes.longest(tokens)
+        if best is not None and shared == len(tokens):
+            self.prefixes.touch(best)  # already cached (this prefix or a longer one)
+            return
+        if best is not None and shared == len(self.prefixes.tokens(best)):
+            target = best  # the previous turn of the same session: replace it
+        else:
+            free = self._free_slots()
+            target = free[-1] if free else self.prefixes.slots()[0]
+        self.prefixes.remove(target)
+        if target != slot:
+            self.cache.copy_prefix(slot, target, len(tokens))
+        self.prefixes.add(target, tokens)
 
     # -- prefill --------------------------------------------------------------------------
 
