@@ -37,18 +37,24 @@ DEMO_CONFIG = "examples/chains/demo.yaml"
 SFT_CONFIG = "examples/chains/sft.yaml"
 
 
-def _run(title: str, command: list[str], log: Path) -> str:
-    """Run one stage with its progress on the terminal; returns its stdout's last line."""
+def _run(title: str, command: list[str], log: Path) -> None:
+    """Run one stage; its progress line (one per step) goes to the terminal, its log to ``log``."""
     print(f"\n== {title} ({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
     with log.open("w") as err:
-        proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        proc = subprocess.run(command, cwd=ROOT, stderr=err)
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-15:]
         sys.exit(f"{title} failed (exit {proc.returncode}); the last lines of {log}:\n" + "\n".join(tail))
     print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
-    return lines[-1] if lines else ""
+
+
+def _latest(folder: Path) -> Path:
+    """The newest checkpoint's servable folder, ``<folder>/checkpoints/step_<k>/hf``."""
+    steps = sorted((folder / "checkpoints").glob("step_*/hf"), key=lambda p: int(p.parent.name.split("_")[1]))
+    if not steps:
+        sys.exit(f"no checkpoint in {folder / 'checkpoints'}")
+    return steps[-1]
 
 
 def _peak_rss_gb() -> float:
@@ -74,7 +80,7 @@ def summarize(out: Path) -> dict[str, Any]:
         "after_episodes": _episode_stats(out / "traces.db", str(last_step)),
         "train_success": [h.get("success/train") for h in history if "success/train" in h],
         "rl_steps": last_step,
-        "checkpoint": str(sorted((out / "rl" / "checkpoints").glob("step_*/hf"))[-1]),
+        "checkpoint": str(_latest(out / "rl")),
         "curves": str(out / "rl" / "curves.png"), "sft_curves": str(out / "sft" / "curves.png"),
     }
 
@@ -82,9 +88,10 @@ def summarize(out: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m examples.chains.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="out/demo", help="where the store, metrics and checkpoints go")
-    parser.add_argument("--demos", type=int, default=24, help="expert demonstrations for the warm start")
+    parser.add_argument("--demos", type=int, default=32, help="expert demonstrations for the warm start")
     parser.add_argument("--sft-epochs", type=int, default=1)
-    parser.add_argument("--rl-steps", type=int, default=4)
+    parser.add_argument("--sft-batch", type=int, default=4, help="demonstrations per SFT optimizer step")
+    parser.add_argument("--rl-steps", type=int, default=3)
     parser.add_argument("--val", type=int, default=32, help="held-out chains (one sample each)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
@@ -101,18 +108,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     _run(f"1/3 expert demonstrations: {args.demos} training chains, replayed through the gateway",
          [*python, "-m", "agentr1.trainer.sft.replay", "examples.chains.expert:demonstrations", f"n={args.demos}",
           "size=short", "--db", str(out / "traces.db"), "--run-id", "chains-demos"], out / "demos.log")
-    sft = json.loads(_run(
+    _run(
         f"2/3 warm start: SFT on the {args.demos} demonstrations, {args.sft_epochs} epoch(s)",
         [*agentr1, "sft", SFT_CONFIG, f"data.db={db}", f"trainer.default_local_dir={out / 'sft'}",
-         f"trainer.total_epochs={args.sft_epochs}", f"trainer.device={args.device}"], out / "sft.log"))
+         f"trainer.total_epochs={args.sft_epochs}", f"data.train_batch_size={args.sft_batch}",
+         f"trainer.device={args.device}"], out / "sft.log")
+    sft_checkpoint = _latest(out / "sft")
     _run(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
          "held-out success again",
-         [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft['checkpoint']}",
+         [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft_checkpoint}",
           f"trainer.default_local_dir={out / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
           f"data.val_size={args.val}", f"trainer.device={args.device}", *args.overrides], out / "rl.log")
 
     summary = summarize(out)
-    summary.update(demos=args.demos, sft_checkpoint=sft["checkpoint"], wall_s=round(time.monotonic() - started, 1),
+    summary.update(demos=args.demos, sft_checkpoint=str(sft_checkpoint), wall_s=round(time.monotonic() - started, 1),
                    peak_rss_gb=round(_peak_rss_gb(), 2), load_average=os.getloadavg(), db=db)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     b, a = summary["before_episodes"], summary["after_episodes"]

@@ -14,6 +14,13 @@
 #
 # One device call runs at most 10 minutes: run base+demos, then sft N and rl N per seed, in separate calls to a
 # warm machine ($RUN in /tmp keeps the store and the checkpoints between calls); results land in $OUT.
+# Estimated H200 times (not measured: scaled from docs/results.md's calculator runs on the H200 with the engine of
+# 2026-11-29 -- 128 single-call rollouts ~12 s, update of ~31k tokens ~3.3 s, 96 evaluations ~10 s, SFT 156 steps
+# + load ~67 s -- and from this recipe's CPU runs: ~4 sequential calls of ~30 tokens per chain, rows of ~450 tokens):
+#   base ~1 min (+35 s GGUF conversion on a fresh machine)   demos (64) ~0.5 min   sweep (4 budgets) ~6-8 min
+#   sft N ~1.5 min (8 steps + load + 128 evaluations)          rl N ~6-9 min (12 steps of ~30 s, 4 evaluations of ~30 s)
+# so: call 1 base + demos + sweep; then one call per seed, `sft N && rl N` (raise RL_STEPS when the faster engine
+# of issue 15 makes a step shorter; a call is cut at 10 minutes and stage rl does not resume).
 # Goal (issue 16): SFT+RL beats SFT by >= 15 points held-out, mean of 3 seeds and each seed, with >= 2 tool calls
 # per successful episode (summary.json: sft_rl.tool_calls_per_success).
 set -euo pipefail
@@ -22,7 +29,7 @@ RECIPE=chains
 TRAIN_CFG=examples/chains/train_gpu.yaml
 SFT_CFG=examples/chains/sft.yaml
 DEMOS_FN=examples.chains.expert:demonstrations
-DEMOS=${DEMOS:-64} EPOCHS=${EPOCHS:-1} RL_STEPS=${RL_STEPS:-20} VAL=${VAL:-128}
+DEMOS=${DEMOS:-64} EPOCHS=${EPOCHS:-1} RL_STEPS=${RL_STEPS:-12} VAL=${VAL:-128}
 SWEEP=${SWEEP:-16 32 64 128}
 source scripts/gpu/stages.sh
 
