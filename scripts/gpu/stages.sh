@@ -95,7 +95,7 @@ stage_rl() {
 }
 
 stage_summary() {
-  "${PY[@]:-python3}" - "$OUT" $SEEDS <<'PY'
+  "${PY[@]}" - "$OUT" $SEEDS <<'PY'
 import json, statistics, sys
 from pathlib import Path
 out, seeds = Path(sys.argv[1]), sys.argv[2:]
@@ -134,7 +134,7 @@ stage_sweep() {
 }
 
 stage_plot() {  # after summary
-  "${PY[@]:-python3}" - "$OUT" "$RECIPE" <<'PY'
+  "${PY[@]}" - "$OUT" "$RECIPE" <<'PY'
 import json, sys
 from pathlib import Path
 import matplotlib
@@ -173,6 +173,7 @@ PY
 stages_main() {
   local what=${1:?base, demos, sft SEED, rl SEED, all or summary}
   shift || true
+  if [ "$DEVICE" = cpu ]; then PY=(.venv/bin/python); else PY=(python3); fi
   [ "$what" = summary ] && { stage_summary; return; }
   [ "$what" = plot ] && { stage_plot; return; }
   stages_setup

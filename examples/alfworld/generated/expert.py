@@ -30,7 +30,8 @@ class _Player:
     """Plays commands on a live game, remembering what it has been shown."""
 
     def __init__(self, game: AlfredGame) -> None:
-        self.game, self.commands, self.won = game, [], False
+        self.game, self.won = game, False
+        self.commands: list[str] = []
         self.seen: dict[str, list[str]] = {}  # receptacle -> objects seen in it when last looked at
 
     def do(self, command: str) -> None:

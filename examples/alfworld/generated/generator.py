@@ -21,7 +21,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +134,7 @@ def _shipped_domain() -> str:
     return str(json.loads(first.read_text(encoding="utf-8"))["pddl_domain"])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _feasible_goals(task_type: str) -> list[tuple[str, Goal]]:
     """Every (room, goal) the domain allows for ``task_type``: the object lies somewhere in that room
     other than the target type, and the target can hold it."""

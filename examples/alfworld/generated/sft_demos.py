@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from examples.alfworld.generated.data import generated_games, game_row
+from examples.alfworld.generated.data import game_row, generated_games
 from examples.alfworld.generated.env import GeneratedAlfworldEnv
 from examples.alfworld.generated.expert import expert_commands
 
