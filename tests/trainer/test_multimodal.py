@@ -52,7 +52,7 @@ def stored(tiny_vlm_path: Path, renderer: VisionRenderer, tmp_path_factory: pyte
     other = [{"role": "user", "content": [image_part(png((0, 150, 0), (16, 60))), {"type": "text", "text": "Hm?"}]}]
     plan3 = plan_prompt(None, other, None, renderer)
     sessions = []
-    for turns in ([(first, plan1)] + [(second, plan2)], [(other, plan3)]):
+    for turns in ([(first, plan1), (second, plan2)], [(other, plan3)]):
         sid = store.create_session(run_id="mm")
         store.append_steps([StepRecord(session_id=sid, index=i, parent_index=i - 1 if i else None,
                                        observation_ids=plan.prompt_ids, action_ids=action,

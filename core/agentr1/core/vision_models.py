@@ -46,6 +46,13 @@ IMAGE_TOKENS = (
 )
 
 
+def _token_id(tokenizer: object, token: str) -> int:
+    tid = tokenizer.convert_tokens_to_ids(token)  # type: ignore[attr-defined]
+    if not isinstance(tid, int):
+        raise ValueError(f"the tokenizer has no single id for {token!r}")
+    return tid
+
+
 def build_tiny_random_vlm(path: str | os.PathLike[str], *, base: str | os.PathLike[str] | None = None,
                           seed: int = 0) -> Path:
     """Save a tiny random Idefics3 model and its processor to ``path`` (deterministic in ``seed``).
@@ -69,8 +76,7 @@ def build_tiny_random_vlm(path: str | os.PathLike[str], *, base: str | os.PathLi
     )
     processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=IMAGE_SEQ_LEN,
                                   chat_template=tokenizer.chat_template)
-    eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    bos_id = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    eos_id, bos_id = _token_id(tokenizer, "<|im_end|>"), _token_id(tokenizer, "<|im_start|>")
     config = Idefics3Config(
         text_config={
             "model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
@@ -84,7 +90,7 @@ def build_tiny_random_vlm(path: str | os.PathLike[str], *, base: str | os.PathLi
             "image_size": TILE, "patch_size": PATCH, "num_channels": 3, "initializer_range": 0.15,
         },
         scale_factor=SCALE_FACTOR,
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        image_token_id=_token_id(tokenizer, "<image>"),
         pad_token_id=eos_id,
         tie_word_embeddings=True,
     )

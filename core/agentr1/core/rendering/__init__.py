@@ -25,6 +25,7 @@ from agentr1.core.rendering.continuation import (
     same_messages,
 )
 from agentr1.core.rendering.factory import RendererKind, create_renderer, load_renderer, load_vision_renderer
+from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes, split_reasoning
 from agentr1.core.rendering.images import (
     IMAGE_REF_PREFIX,
     ImageData,
@@ -36,7 +37,6 @@ from agentr1.core.rendering.images import (
     iter_image_parts,
     load_image,
 )
-from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes, split_reasoning
 from agentr1.core.rendering.template import ChatTemplateRenderer
 from agentr1.core.rendering.turns import assistant_turn_ids
 from agentr1.core.rendering.vision import MultimodalInputs, ProcessedImage, VisionRenderer, concat_image_tensors
