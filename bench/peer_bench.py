@@ -13,9 +13,10 @@ agentlightning==1.0.2 rllm-model-gateway==0.1.0``.
 
 Each call is an 11-message (~290-token) chat prompt, the last message naming the session and the
 call, ``max_tokens`` 32 (the backend's reply is 32 tokens). All gateways start first; each gets a
-warm-up session; then, gateway after gateway, ``--seq-sessions`` x ``--calls`` calls one at a time
-(latency p50/p99, calls/s at 1 session); then, gateway after gateway, ``--sessions`` sessions x
-``--calls`` calls concurrently (calls/s at 64 sessions).
+warm-up session; then ``--seq-sessions`` sessions of ``--calls`` calls one at a time, session by
+session, each gateway in turn (latency p50/p99, calls/s at 1 session: calls over the time spent
+in them); then, gateway after gateway, ``--sessions`` sessions x ``--calls`` calls concurrently
+(calls/s at 64 sessions).
 Clients are plain ``httpx.AsyncClient`` pools (default keep-alive expiry, 5 s, as the OpenAI client),
 one per phase, sized to the sessions. A call that fails (transport error, non-200 status, an answer
 without text) is counted as a client-side error and the session goes on. After the load, the calls
@@ -85,6 +86,20 @@ class PhaseResult:
     stored: int | None = None
     session_urls: list[str] = field(default_factory=list)
 
+    @classmethod
+    def merge(cls, parts: list[PhaseResult]) -> PhaseResult:
+        """Phases run one after another as one: their calls, times and CPU added up."""
+        merged = cls(sum(p.sessions for p in parts), sum(p.calls for p in parts))
+        for p in parts:
+            merged.answered += p.answered
+            merged.latencies_ms += p.latencies_ms
+            merged.errors += p.errors
+            merged.wall_s += p.wall_s
+            merged.session_urls += p.session_urls
+            if p.cpu_s is not None:
+                merged.cpu_s = (merged.cpu_s or 0.0) + p.cpu_s
+        return merged
+
     def summary(self) -> dict[str, Any]:
         return {"sessions": self.sessions, "calls": self.calls, "answered": self.answered, "errors": len(self.errors),
                 "first_errors": self.errors[:5], "wall_s": round(self.wall_s, 2),
@@ -143,16 +158,17 @@ def start_backend(tmp: Path) -> tuple[str, Any]:
     return url, proc
 
 
-def table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
+def table(results: dict[str, dict[str, Any]], labels: dict[str, str], sessions: int) -> str:
     direct = results["direct"]
     rows = ["| gateway | added p50 ms (seq.) | added p99 ms (seq.) | calls/s at 1 session (vs direct) | "
-            "calls/s at 64 sessions (vs direct) | p50 / p99 ms at 64 | gateway CPU ms per call (seq. / 64) | "
+            f"calls/s at {sessions} sessions (vs direct) | p50 / p99 ms at {sessions} | gateway CPU ms per call "
+            f"(seq. / {sessions}) | "
             "stored / answered | client errors |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         seq, conc = r["sequential"], r["concurrent"]
-        added = (f"+{seq['p50_ms'] - direct['sequential']['p50_ms']:.2f}",
-                 f"+{seq['p99_ms'] - direct['sequential']['p99_ms']:.2f}") if name != "direct" else ("0", "0")
+        added = (f"{seq['p50_ms'] - direct['sequential']['p50_ms']:+.2f}",
+                 f"{seq['p99_ms'] - direct['sequential']['p99_ms']:+.2f}") if name != "direct" else ("0", "0")
         ratio1 = seq["calls_per_s"] / direct["sequential"]["calls_per_s"]
         ratio64 = conc["calls_per_s"] / direct["concurrent"]["calls_per_s"]
         answered = seq["answered"] + conc["answered"]
@@ -191,15 +207,25 @@ def main() -> None:
         for gw in gateways:
             asyncio.run(run_phase(gw, sessions=1, calls=5, max_tokens=args.max_tokens, tag="warmup", concurrent=False))
             results[gw.name] = {}
-        # phase by phase, every gateway in turn: a change of the machine's load during the run
-        # (other jobs) then falls on all of them within minutes, not on one phase of one gateway
-        for phase, n, concurrent in (("sequential", args.seq_sessions, False), ("concurrent", args.sessions, True)):
+        # one at a time: session after session, each gateway in turn, so that the machine's load (other
+        # jobs) changing during the run falls on every gateway alike
+        sequential: dict[str, list[PhaseResult]] = {gw.name: [] for gw in gateways}
+        for i in range(args.seq_sessions):
             for gw in gateways:
-                r = asyncio.run(run_phase(gw, sessions=n, calls=args.calls, max_tokens=args.max_tokens,
-                                          tag=f"{gw.name}-{phase}", concurrent=concurrent))
-                r.stored = gw.stored(r.session_urls)
-                results[gw.name][phase] = r.summary()
-                print(f"{gw.name:8s} {phase:10s} {json.dumps(results[gw.name][phase])}", flush=True)
+                sequential[gw.name].append(asyncio.run(run_phase(
+                    gw, sessions=1, calls=args.calls, max_tokens=args.max_tokens, tag=f"{gw.name}-seq{i}",
+                    concurrent=False)))
+        for gw in gateways:
+            r = PhaseResult.merge(sequential[gw.name])
+            r.stored = gw.stored(r.session_urls)
+            results[gw.name]["sequential"] = r.summary()
+            print(f"{gw.name:8s} sequential {json.dumps(results[gw.name]['sequential'])}", flush=True)
+        for gw in gateways:  # 64 sessions at once: each gateway in turn
+            r = asyncio.run(run_phase(gw, sessions=args.sessions, calls=args.calls, max_tokens=args.max_tokens,
+                                      tag=f"{gw.name}-concurrent", concurrent=True))
+            r.stored = gw.stored(r.session_urls)
+            results[gw.name]["concurrent"] = r.summary()
+            print(f"{gw.name:8s} concurrent {json.dumps(results[gw.name]['concurrent'])}", flush=True)
         load["end"] = os.getloadavg()
     finally:
         for gw in gateways:
@@ -209,7 +235,7 @@ def main() -> None:
     labels = {gw.name: gw.label for gw in gateways}
     print(f"\nload average (1/5/15 min) at start {load['start']}, at end {load['end']}; "
           f"{psutil.cpu_count()} CPUs; Python {sys.version.split()[0]}\n")
-    print(table(results, labels))
+    print(table(results, labels, args.sessions))
     if args.json:
         args.json.write_text(json.dumps({"load": load, "args": {k: str(v) for k, v in vars(args).items()},
                                          "results": results}, indent=2))
