@@ -118,6 +118,15 @@ class StoreSelection(_Strict):
     created_before: str | None = None
 
 
+class JudgeExample(_Strict):
+    """A worked example for the judge (small judge models copy the reply format from these)."""
+
+    answer: str
+    score: float
+    task: str = ""
+    reference: str = ""
+
+
 class JudgeConfig(_Strict):
     """An LLM judge as a reward function (agentr1.trainer.judge): the rubric prompt goes to ``model`` at
     ``base_url`` (a second agentr1 gateway, or any OpenAI-compatible endpoint); the reply's
@@ -129,6 +138,8 @@ class JudgeConfig(_Strict):
     name: str = "judge"  # the reward's name in the store
     mode: Literal["outcome", "process"] = "outcome"  # one score per session, or one per trainable step
     rubric: str | None = None  # a template with {task} {reference} {answer} {max_score} {step}; None: the default
+    # few-shot turns before the real one: the rubric filled with each example, answered "SCORE: <score>"
+    examples: list[JudgeExample] = Field(default_factory=list)
     max_score: float = Field(10.0, gt=0)
     weight: float = 1.0
     temperature: float = 0.0
@@ -145,6 +156,9 @@ class JudgeConfig(_Strict):
             from agentr1.trainer.judge import check_rubric
 
             check_rubric(self.rubric)
+        bad = [e.score for e in self.examples if not 0 <= e.score <= self.max_score]
+        if bad:
+            raise ValueError(f"reward.judge.examples scores {bad} are outside [0, max_score={self.max_score}]")
         return self
 
 

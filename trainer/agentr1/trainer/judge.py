@@ -13,6 +13,8 @@ the reward stage): ``Judge(config, store, run_id)(session, task)`` returns the s
   ``<run_id>-judge`` whose metadata links it to the judged session (``judge_of``, ``judge_step``)
   and whose one step is marked not trainable (``backend: judge``, no token ids, the text in
   ``action.content``, the rubric messages in ``messages_sent``): the policy never trains on it.
+- Prompt: the rubric (``rubric``, a template over {task} {reference} {answer} {max_score} {step}),
+  after the few-shot ``examples`` if any (the rubric filled with each, answered ``SCORE: <n>``).
 - Parsing: the reply must hold exactly one line ``SCORE: <number>`` with the number in
   [0, ``max_score``]. Anything else (no such line, two of them, out of range, the judge
   unreachable) raises :class:`JudgeFailure`: the reward stage records it for the session
@@ -139,9 +141,16 @@ class Judge:
     # -- one judgement ---------------------------------------------------------------------
 
     def _messages(self, session: SessionRecord, step: StepRecord | None, task: Any, answer: str) -> list[dict]:
+        top = f"{self.config.max_score:g}"
+        messages: list[dict] = []
+        for example in self.config.examples:  # few-shot turns: the rubric filled in, answered in the format
+            messages += [{"role": "user", "content": render_rubric(self.rubric, task=example.task or _task_text(task),
+                                                                   reference=example.reference, answer=example.answer,
+                                                                   max_score=top, step="")},
+                         {"role": "assistant", "content": f"SCORE: {example.score:g}"}]
         prompt = render_rubric(self.rubric, task=_task_text(task), reference=_reference(task), answer=answer,
-                               max_score=f"{self.config.max_score:g}", step="" if step is None else step.index)
-        return [{"role": "user", "content": prompt}]
+                               max_score=top, step="" if step is None else step.index)
+        return [*messages, {"role": "user", "content": prompt}]
 
     def _score(self, session: SessionRecord, step: StepRecord | None, task: Any, answer: str) -> float:
         messages = self._messages(session, step, task, answer)
