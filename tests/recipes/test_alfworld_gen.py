@@ -174,6 +174,7 @@ def test_a_generated_game_is_a_game_file_the_shipped_engine_plays(tmp_path):
     path = generated.write(tmp_path / "g" / "game.tw-pddl")
     data = json.loads(path.read_text())
     assert "(define (domain alfred)" in data["pddl_domain"] and data["walkthrough"] == generated.walkthrough
+    assert data["grammar"].count("Your task is to: ") == 1 and "GotoLocation.feedback" in data["grammar"]
     game = AlfredGame.load(path)
     assert game.task == generated.task and game.intro() == generated.game().intro()
     assert [game.step(c).won for c in generated.walkthrough][-1]

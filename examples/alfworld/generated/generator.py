@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -38,6 +39,7 @@ APPLIANCE = {"pick_clean_then_place_in_recep": ("cleanable", "sinkbasintype", "i
              "pick_heat_then_place_in_recep": ("heatable", "microwavetype", "ishot"),
              "pick_cool_then_place_in_recep": ("coolable", "fridgetype", "iscool")}
 LAMP = "desklamptype"
+_TASK_LINE = re.compile(r'"rhs": "Your task is to: [^"]*"')
 HELD_OUT_EVERY = 5  # one fingerprint in 5 is a held-out game
 
 
@@ -118,9 +120,11 @@ class GeneratedGame:
         return AlfredGame(parse_problem(self.problem_text), self.task)
 
     def tw_pddl(self) -> dict[str, Any]:
-        """The game as a ``game.tw-pddl`` file's JSON (the shipped domain, a grammar with the task line)."""
-        return {"pddl_domain": _shipped_domain(), "grammar": f'"task": "Your task is to: {self.task}"',
-                "pddl_problem": self.problem_text, "solvable": True, "walkthrough": list(self.walkthrough)}
+        """The game as a ``game.tw-pddl`` file's JSON: the shipped domain and grammar (its task line replaced)."""
+        domain, grammar = _shipped_domain_and_grammar()
+        grammar = _TASK_LINE.sub(lambda _: f'"rhs": "Your task is to: {self.task}"', grammar, count=1)
+        return {"pddl_domain": domain, "grammar": grammar, "pddl_problem": self.problem_text, "solvable": True,
+                "walkthrough": list(self.walkthrough)}
 
     def write(self, path: str | Path) -> Path:
         out = Path(path)
@@ -129,9 +133,10 @@ class GeneratedGame:
         return out
 
 
-def _shipped_domain() -> str:
-    first = DATA_DIR / load_index()[0]["gamefile"]
-    return str(json.loads(first.read_text(encoding="utf-8"))["pddl_domain"])
+@cache
+def _shipped_domain_and_grammar() -> tuple[str, str]:
+    first = json.loads((DATA_DIR / load_index()[0]["gamefile"]).read_text(encoding="utf-8"))
+    return str(first["pddl_domain"]), str(first["grammar"])
 
 
 @cache
