@@ -102,28 +102,34 @@ def record(out: Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Path) -> None:
-    from transformers import AutoModelForCausalLM
-
-    vocab = 49152
-    backend = local_backend(model_dir, device="cuda", dtype="bfloat16", max_batch_size=max(args.batches))
+def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Path, *, compile: bool) -> None:
+    name = "agentr1 local" + (" + torch.compile" if compile else "")
+    backend = local_backend(model_dir, device="cuda", dtype="bfloat16", max_batch_size=max(args.batches),
+                            compile=compile)
     backend.start_sync()
     phases = timed_phases(backend._engine)
     for batch in args.batches:
-        prompts = random_prompts(batch, args.prompt, vocab)
-        time_engine(backend, prompts, args.tokens)  # graph capture
+        if time.perf_counter() - START > args.budget_s:
+            record(out, {"engine": name, "batch": batch, "skipped": "time budget"})
+            continue
+        prompts = random_prompts(batch, args.prompt, args.vocab)
+        time_engine(backend, prompts, args.tokens)  # graph capture (and compilation)
         for phase in phases.values():
             phase.update(calls=0, seconds=0.0)
         row = time_engine(backend, prompts, args.tokens)
-        split = {f"{name}_ms": round(1000 * p["seconds"] / max(1, p["calls"]), 3) for name, p in phases.items()}
-        record(out, {"engine": "agentr1 local", "batch": batch, **row, **split,
-                     "graph_captures": backend.stats.graph_captures})
-    if args.profile:
-        profile_decode(backend, random_prompts(args.profile, args.prompt, vocab), args.tokens)
+        split = {f"{phase}_ms": round(1000 * p["seconds"] / max(1, p["calls"]), 3) for phase, p in phases.items()}
+        record(out, {"engine": name, "batch": batch, **row, **split, "graph_captures": backend.stats.graph_captures})
+    if args.profile and not compile:
+        profile_decode(backend, random_prompts(args.profile, args.prompt, args.vocab), args.tokens)
     asyncio.run(backend.close())
     del backend
     torch.cuda.empty_cache()
 
+
+def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    engine_rows(args, local_backend, model_dir, out, compile=False)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa")
     model = model.cuda().eval()
     for name, options in (("generate eager", {}), ("generate static (baseline)", {"cache_implementation": "static"})):
@@ -131,9 +137,13 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
             if time.perf_counter() - START > args.budget_s:
                 record(out, {"engine": name, "batch": batch, "skipped": "time budget"})
                 continue
-            prompts = random_prompts(batch, args.prompt, vocab)
+            prompts = random_prompts(batch, args.prompt, args.vocab)
             time_generate(model, prompts, args.tokens, **options)  # compilation / warm-up
             record(out, {"engine": name, "batch": batch, **time_generate(model, prompts, args.tokens, **options)})
+    del model
+    torch.cuda.empty_cache()
+    if args.compile:
+        engine_rows(args, local_backend, model_dir, out, compile=True)
 
 
 def timed_phases(engine: Any) -> dict[str, dict[str, float]]:
@@ -222,6 +232,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip baseline runs after this")
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "exactness"])
     parser.add_argument("--profile", type=int, default=0, help="cProfile the engine's decode at this batch")
+    parser.add_argument("--compile", action="store_true", help="also run the engine with torch.compile (last)")
+    parser.add_argument("--vocab", type=int, default=49152)
     args = parser.parse_args()
     local_backend = import_engine()
     args.work.mkdir(parents=True, exist_ok=True)

@@ -1,15 +1,21 @@
-"""Local engine throughput: generated tokens per second at 1 and N concurrent requests.
+"""Local engine throughput: generated tokens per second of concurrent chat sessions, this engine
+against an earlier commit's engine (and plain HF ``generate``), all in one run.
 
     .venv/bin/python bench/local_engine_bench.py                       # SmolLM2, 1 and 8 concurrent
     .venv/bin/python bench/local_engine_bench.py --model tiny --concurrency 1 4 16
+    .venv/bin/python bench/local_engine_bench.py --concurrency 16 --turns 3 --threads 1 --before 621589b
     .venv/bin/python bench/local_engine_bench.py --tokens 64 --device cuda --concurrency 1 32 128
 
-Each request is a chat prompt of its own, sampled at temperature 1 with a seed, up to --tokens new
-tokens (it may stop earlier at <|im_end|>; only generated tokens count). Prints a markdown table:
-wall time, total tokens/s, per-request tokens/s (with --baseline, plain HF ``model.generate`` on
-the same prompts too, forced to --tokens new tokens), the forward passes the engine ran, the CPU
-seconds this process used and the machine's load average when the run began (on a shared
-machine, a load above the core count means the numbers are lower bounds).
+Each session is a chat of its own, sampled at temperature 1 with a seed, up to --tokens new
+tokens per turn (it may stop earlier at <|im_end|>; only generated tokens count). With --turns N
+every session runs N turns, each prompt extending the previous prompt + sampled ids with a new
+user message (what an agent sends through the gateway). ``--before COMMIT`` also runs the
+local engine as it was at COMMIT (its backend files are read from git into a temporary package),
+alternating with this one --repeat times; the best run of each is shown. Prints a markdown table:
+wall time, total tokens/s, per-session tokens/s, prompt tokens prefilled, forward passes, the CPU
+seconds this process used and the machine's load average when the run began (on a shared machine,
+a load above the core count means the numbers are lower bounds). --baseline adds plain HF
+``model.generate`` on the first turn's prompts (forced to --tokens new tokens).
 """
 
 from __future__ import annotations
@@ -17,15 +23,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
+import importlib
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentr1.core.models import resolve_model
-from agentr1.gateway.backends import GenerateRequest, SamplingParams
 from agentr1.gateway.backends.local import LocalBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKEND_FILES = ("local.py", "_engine.py", "_sampling.py", "_weights.py", "base.py")
 
 QUESTIONS = [
     "Explain why the sky is blue.",
@@ -39,21 +54,75 @@ QUESTIONS = [
 ]
 
 
-def prompts(backend: LocalBackend, concurrency: int) -> list[list[int]]:
+def engine_at(commit: str) -> Any:
+    """The ``local`` backend module of ``commit``, imported from git as a package of its own."""
+    sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    package = f"agentr1_engine_{sha}"
+    folder = Path(tempfile.mkdtemp()) / package
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    for name in BACKEND_FILES:
+        source = subprocess.run(["git", "show", f"{sha}:gateway/agentr1/gateway/backends/{name}"], cwd=ROOT,
+                                check=True, capture_output=True, text=True).stdout
+        (folder / name).write_text(source)
+    sys.path.insert(0, str(folder.parent))
+    return importlib.import_module(f"{package}.local")
+
+
+def first_prompts(tokenizer: Any, sessions: int) -> list[list[int]]:
     out = []
-    for i in range(concurrency):
+    for i in range(sessions):
         text = QUESTIONS[i % len(QUESTIONS)] + (f" (variant {i})" if i >= len(QUESTIONS) else "")
-        out.append(
-            backend.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-        )
+        out.append(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False))
     return out
 
 
-def hf_generate(backend: LocalBackend, concurrency: int, tokens: int) -> dict[str, float]:
-    """The baseline: one plain ``model.generate`` call on the same prompts (left-padded batch)."""
-    batch = prompts(backend, concurrency)
+def follow_up(tokenizer: Any, turn: int) -> list[int]:
+    """The ids that close the assistant turn and add a user message (ChatML)."""
+    text = f"<|im_end|>\n<|im_start|>user\nThanks. Now say more about point {turn}.<|im_end|>\n<|im_start|>assistant\n"
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tokens: int) -> dict[str, float]:
+    """``sessions`` concurrent sessions of ``turns`` turns each on ``backend`` (whose own ``base``
+    module ``module`` provides the request types)."""
+    tokenizer = backend.tokenizer
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    async def session(i: int, prompt: list[int]) -> int:
+        generated = 0
+        for turn in range(turns):
+            sampling = module.SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=1000 * i + turn)
+            result = await backend.generate(module.GenerateRequest(prompt_ids=list(prompt), sampling=sampling))
+            generated += len(result.output_ids)
+            output = result.output_ids[:-1] if result.output_ids[-1:] == [end] else result.output_ids
+            prompt = prompt + output + follow_up(tokenizer, turn)
+        return generated
+
+    before = dataclasses.replace(backend.stats)
+    load = os.getloadavg()[0]
+    cpu, started = time.process_time(), time.perf_counter()
+    counts = await asyncio.gather(*(session(i, p) for i, p in enumerate(first_prompts(tokenizer, sessions))))
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    generated = sum(counts)
+    prefilled = getattr(backend.stats, "prefill_tokens", None)
+    return {
+        "wall_s": wall,
+        "tokens": generated,
+        "tokens_per_s": generated / wall,
+        "per_session_tokens_per_s": generated / sessions / wall,
+        "prefilled": "-" if prefilled is None else prefilled - before.prefill_tokens,
+        "forwards": backend.stats.forward_passes - before.forward_passes,
+        "cpu_s": cpu,
+        "load": load,
+    }
+
+
+def hf_generate(backend: Any, sessions: int, tokens: int) -> dict[str, float]:
+    """Plain ``model.generate`` on the first turn's prompts (one left-padded batch)."""
+    batch = first_prompts(backend.tokenizer, sessions)
     width = max(len(p) for p in batch)
     pad = backend.tokenizer.pad_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=backend.device)
@@ -61,95 +130,70 @@ def hf_generate(backend: LocalBackend, concurrency: int, tokens: int) -> dict[st
     load = os.getloadavg()[0]
     cpu, started = time.process_time(), time.perf_counter()
     with torch.inference_mode():
-        backend.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=tokens,
-            min_new_tokens=tokens,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-        )
+        backend.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+                               do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-    generated = concurrency * tokens
-    return {
-        "wall_s": wall,
-        "tokens": generated,
-        "tokens_per_s": generated / wall,
-        "per_request_tokens_per_s": generated / concurrency / wall,
-        "forwards": tokens,
-        "cpu_s": cpu,
-        "load": load,
-    }
+    generated = sessions * tokens
+    return {"wall_s": wall, "tokens": generated, "tokens_per_s": generated / wall,
+            "per_session_tokens_per_s": tokens / wall, "prefilled": "-", "forwards": tokens, "cpu_s": cpu,
+            "load": load}
 
 
-async def measure(backend: LocalBackend, concurrency: int, tokens: int) -> dict[str, float]:
-    requests = [
-        GenerateRequest(prompt_ids=ids, sampling=SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=i))
-        for i, ids in enumerate(prompts(backend, concurrency))
-    ]
-    before = dataclasses.replace(backend.stats)
-    load = os.getloadavg()[0]
-    cpu, started = time.process_time(), time.perf_counter()
-    results = await asyncio.gather(*(backend.generate(r) for r in requests))
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-    generated = sum(len(r.output_ids) for r in results)
-    return {
-        "wall_s": wall,
-        "tokens": generated,
-        "tokens_per_s": generated / wall,
-        "per_request_tokens_per_s": generated / concurrency / wall,
-        "forwards": backend.stats.forward_passes - before.forward_passes,
-        "cpu_s": cpu,
-        "load": load,
-    }
+def start(module: Any, args: argparse.Namespace) -> Any:
+    backend = module.LocalBackend(resolve_model(args.model), device=args.device,
+                                  max_batch_size=max(args.concurrency), num_threads=args.threads or None)
+    backend.start_sync()
+    return backend
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2", help="smollm2, tiny or a HF model directory")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--tokens", type=int, default=64, help="max new tokens per request")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--repeat", type=int, default=1, help="runs per concurrency level (best is shown)")
+    parser.add_argument("--tokens", type=int, default=64, help="max new tokens per turn")
+    parser.add_argument("--turns", type=int, default=1, help="turns per session")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent sessions")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per engine and concurrency (best is shown)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--before", default="", help="also run the local engine of this git commit")
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
     args = parser.parse_args()
     if args.threads:
-        torch.set_num_threads(args.threads)  # for the baseline; the engine's worker sets its own
-
+        torch.set_num_threads(args.threads)  # for the baseline; the engines' workers set their own
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    backend = LocalBackend(
-        resolve_model(args.model),
-        device=args.device,
-        max_batch_size=max(args.concurrency),
-        num_threads=args.threads or None,
-    )
-    loaded = time.perf_counter()
-    await backend.start()
-    print(
-        f"model {backend.model_name} on {backend.device} ({backend.dtype}), loaded in "
-        f"{time.perf_counter() - loaded:.1f} s; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}"
-    )
-    await measure(backend, 1, 4)  # warm-up
-    print(
-        "\n| engine | concurrent | tokens | wall s | tokens/s total | tokens/s per request | forwards | CPU s | load |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    engines: dict[str, Any] = {"local (this tree)": sys.modules[LocalBackend.__module__]}
+    if args.before:
+        engines = {f"local @ {args.before}": engine_at(args.before), **engines}
+    base = {name: importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".base")
+            for name, module in engines.items()}
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+          f"{args.threads or torch.get_num_threads()}; {args.turns} turn(s) x up to {args.tokens} tokens per session")
+    results: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for _ in range(args.repeat):
+        for name, module in engines.items():
+            backend = start(module, args)
+            await sessions_run(backend, base[name], 1, 1, 4)  # warm-up
+            for concurrency in args.concurrency:
+                run = await sessions_run(backend, base[name], concurrency, args.turns, args.tokens)
+                results.setdefault((name, concurrency), []).append(run)
+                if args.baseline and name == "local (this tree)":
+                    results.setdefault(("hf generate", concurrency), []).append(
+                        hf_generate(backend, concurrency, args.tokens))
+            await backend.close()
+            del backend
+            gc.collect()
+    print("\n| engine | sessions | tokens | wall s | tokens/s total | tokens/s per session | prefilled | forwards | "
+          "CPU s | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for concurrency in args.concurrency:
-        rows = {"local": [await measure(backend, concurrency, args.tokens) for _ in range(args.repeat)]}
-        if args.baseline:
-            rows["hf generate"] = [hf_generate(backend, concurrency, args.tokens) for _ in range(args.repeat)]
-        for engine, runs in rows.items():
+        for (name, c), runs in results.items():
+            if c != concurrency:
+                continue
             best = max(runs, key=lambda r: r["tokens_per_s"])
-            print(
-                f"| {engine} | {concurrency} | {best['tokens']} | {best['wall_s']:.2f} | {best['tokens_per_s']:.1f} | "
-                f"{best['per_request_tokens_per_s']:.1f} | {best['forwards']} | {best['cpu_s']:.1f} | "
-                f"{best['load']:.1f} |"
-            )
-    await backend.close()
+            print(f"| {name} | {c} | {best['tokens']} | {best['wall_s']:.1f} | {best['tokens_per_s']:.1f} | "
+                  f"{best['per_session_tokens_per_s']:.2f} | {best['prefilled']} | {best['forwards']} | "
+                  f"{best['cpu_s']:.1f} | {best['load']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import torch
 from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from ._prefix import MIN_REUSE, PrefixIndex
 from ._sampling import Sampled, SamplingBatch, row_key, sample_batch, to_host
-from ._slot_cache import SlotCache
+from ._slot_cache import SlotCache, attention_kernels
 from .base import BackendError, FinishReason, GenerateResult, SamplingParams, TokenLogprob
 
 __all__ = ["CHUNK", "BatchEngine", "EngineStats", "Row", "Sink", "end_token_ids", "pad_token_id"]
@@ -119,6 +119,7 @@ class BatchEngine:
         cache_bytes: int | None = None,
         exact: bool | None = None,
         cuda_graphs: bool = True,
+        compile: bool = False,
         prefill_budget: int | None = None,
     ) -> None:
         self.model = model
@@ -144,7 +145,13 @@ class BatchEngine:
         self.prefixes = PrefixIndex()
         self.rows: list[Row] = []
         self.slot_rows: list[Row | None] = []
-        self._graphs = DecodeGraphs(self._decode_forward, self._safe_inputs) if gpu and cuda_graphs else None
+        self._decode_step = self._decode_forward
+        if compile:  # inductor fuses the step's small kernels (one compilation per decode shape)
+            from torch import _dynamo
+
+            _dynamo.config.cache_size_limit = max(_dynamo.config.cache_size_limit, 64)
+            self._decode_step = torch.compile(self._decode_forward, dynamic=False)
+        self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and cuda_graphs else None
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)
 
@@ -152,6 +159,15 @@ class BatchEngine:
 
     def prefill(self, rows: list[Row]) -> None:
         """Prefill new rows (reusing cached prefixes), sample their first token, join the batch."""
+        with attention_kernels(self.device):
+            self._prefill(rows)
+
+    def decode(self) -> None:
+        """One decode step for every running row."""
+        with attention_kernels(self.device):
+            self._decode()
+
+    def _prefill(self, rows: list[Row]) -> None:
         rows = [r for r in rows if not r.cancelled]
         if not rows:
             return
@@ -171,8 +187,7 @@ class BatchEngine:
         self._sampling = None
         self._retire([r for r in rows if r.finish_reason is not None])
 
-    def decode(self) -> None:
-        """One decode step for every running row."""
+    def _decode(self) -> None:
         self._retire([r for r in self.rows if r.cancelled], keep=False, deliver=False)
         if not self.rows:
             return
@@ -195,7 +210,7 @@ class BatchEngine:
             if self._graphs is not None:
                 logits = self._graphs.replay(batch, kv_len)
             else:
-                logits = self._decode_forward(batch, kv_len)
+                logits = self._decode_step(batch, kv_len)
             self._count_forward(batch)
             self.stats.decode_steps += 1
             sampling = self._decode_sampling(batch)

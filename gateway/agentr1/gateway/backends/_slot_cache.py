@@ -19,11 +19,12 @@ goes to transformers' SDPA attention unchanged.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 
-__all__ = ["ATTENTION_NAME", "SlotCache", "use_grouped_decode_attention"]
+__all__ = ["ATTENTION_NAME", "SlotCache", "attention_kernels", "use_grouped_decode_attention"]
 
 ATTENTION_NAME = "agentr1_slots"
 
@@ -107,6 +108,16 @@ class SlotCache:
 
     def __len__(self) -> int:
         return self.layers
+
+
+def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """SDPA without the cuDNN kernel on a GPU: it plans per input shape, and prefill shapes change
+    with every admission. A no-op on the CPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _grouped_decode_attention(

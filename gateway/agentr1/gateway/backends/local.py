@@ -19,8 +19,9 @@ The engine (``_engine.BatchEngine``) keeps every request in a slot of a static K
 all rows at once on the device, replays decode steps from CUDA graphs on a GPU (``cuda_graphs``)
 and reuses the cached prefixes of earlier prompts (``prefix_cache``; ``GenerateResult.
 cached_tokens`` says how many prompt tokens it served). ``cache_bytes`` bounds the cache (idle
-prefixes are evicted first); ``exact`` (default: on the CPU) makes prefix reuse bit-exact. New
-weights drop the cached prefixes.
+prefixes are evicted first); ``exact`` (default: on the CPU) makes prefix reuse bit-exact;
+``compile`` runs the decode step through ``torch.compile`` (fused kernels; one compilation per
+decode shape, so slow to warm up). New weights drop the cached prefixes.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ class LocalBackend:
         cache_bytes: int | None = None,
         exact: bool | None = None,
         cuda_graphs: bool = True,
+        compile: bool = False,
     ) -> None:
         from transformers import AutoConfig
 
@@ -148,6 +150,7 @@ class LocalBackend:
         self.num_threads = num_threads  # CPU threads of the worker's torch ops (None: torch's default)
         self.engine_options: dict[str, Any] = {
             "prefix_cache": prefix_cache, "cache_bytes": cache_bytes, "exact": exact, "cuda_graphs": cuda_graphs,
+            "compile": compile,
         }
         self.stats = EngineStats()
         self.model: Any = None
