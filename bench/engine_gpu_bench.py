@@ -108,7 +108,7 @@ def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, o
                             compile=compile)
     backend.start_sync()
     phases = timed_phases(backend._engine)
-    for batch in args.batches:
+    for batch in args.compile_batches if compile else args.batches:
         if time.perf_counter() - START > args.budget_s:
             record(out, {"engine": name, "batch": batch, "skipped": "time budget"})
             continue
@@ -233,6 +233,7 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "exactness"])
     parser.add_argument("--profile", type=int, default=0, help="cProfile the engine's decode at this batch")
     parser.add_argument("--compile", action="store_true", help="also run the engine with torch.compile (last)")
+    parser.add_argument("--compile-batches", type=int, nargs="+", default=[128, 1])
     parser.add_argument("--vocab", type=int, default=49152)
     args = parser.parse_args()
     local_backend = import_engine()
