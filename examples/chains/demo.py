@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rl-steps", type=int, default=3)
     parser.add_argument("--val", type=int, default=32, help="held-out chains (one sample each)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -107,11 +108,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     _run(f"1/3 expert demonstrations: {args.demos} training chains, replayed through the gateway",
          [*python, "-m", "agentr1.trainer.sft.replay", "examples.chains.expert:demonstrations", f"n={args.demos}",
-          "size=short", "--db", str(out / "traces.db"), "--run-id", "chains-demos"], out / "demos.log")
+          "size=short", "--db", str(out / "traces.db"), "--run-id", "chains-demos", "--model", args.model], out / "demos.log")
     _run(
         f"2/3 warm start: SFT on the {args.demos} demonstrations, {args.sft_epochs} epoch(s)",
         [*agentr1, "sft", SFT_CONFIG, f"data.db={db}", f"trainer.default_local_dir={out / 'sft'}",
-         f"trainer.total_epochs={args.sft_epochs}", f"data.train_batch_size={args.sft_batch}",
+         f"model.path={args.model}", f"trainer.total_epochs={args.sft_epochs}",
+         f"data.train_batch_size={args.sft_batch}",
          f"trainer.device={args.device}"], out / "sft.log")
     sft_checkpoint = _latest(out / "sft")
     _run(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "

@@ -47,3 +47,26 @@ def test_the_demo_doubles_held_out_success_within_the_laptop_budget(tmp_path):
     limit = os.environ.get("AGENTR1_DEMO_WALL_S")
     if limit:
         assert summary["wall_s"] <= float(limit), summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_demo_driver_runs_every_stage_and_summarizes_from_the_run(tmp_path, tiny_model_path):
+    """The same driver at toy size with a tiny random model: the wiring, not the learning."""
+    out = tmp_path / "demo"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run([sys.executable, "-m", "examples.chains.demo", "--out", str(out), "--model", str(tiny_model_path),
+                           "--demos", "4", "--rl-steps", "1", "--val", "2", "data.train_batch_size=2",
+                           "actor_rollout_ref.rollout.n=2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["demos"] == 4 and summary["rl_steps"] == 1
+    assert summary["before_episodes"]["sessions"] == summary["after_episodes"]["sessions"] == 2
+    assert summary["peak_rss_gb"] > 0 and summary["wall_s"] > 0
+    sft = [json.loads(line) for line in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
+    # every demonstration solved its chain (min_reward 1) and all three turns of each are trained on
+    assert sft[0]["data/sessions_selected"] == 4 and sft[0]["data/steps_used"] == 12
+    for stage in ("1/3", "2/3", "3/3", "summary"):
+        assert f"== {stage}" in proc.stdout
+    assert f"agentr1 view --db sqlite:///{out / 'traces.db'} --runs-dir {out}" in proc.stdout
