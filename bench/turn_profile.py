@@ -16,7 +16,10 @@ own process, started by this file with ``--serve``; one client grows conversatio
    each commit (``StepWriter._write``, patched in the bench process only). The report ranks
    functions by CPU per call (own time, and cumulative for a few known stages) for early and late
    turns, and lists what grows most from early to late. cProfile slows every Python call, so the
-   shares, not the absolute milliseconds of part 2, are the finding.
+   shares, not the absolute milliseconds of part 2, are the finding (builtins such as isinstance
+   and dict.get are inflated most).
+3. The stages that grow with the history, timed in this process without a profiler on the
+   requests of turns 1, 8 and 64: the real microseconds behind part 2's ranking.
 """
 
 from __future__ import annotations
@@ -222,6 +225,42 @@ def _hot_spots(folder: Path, top: int) -> list[str]:
     return lines
 
 
+def _stage_costs(repeat: int = 300) -> list[str]:
+    """CPU of the stages that grow with the history, timed in this process without a profiler, on
+    the request of turn 1, 8 and 64 of the conversation above (the assistant says "4")."""
+    import json
+
+    from agentr1.core.rendering.continuation import _first_difference
+    from agentr1.gateway.schemas import ChatCompletionRequest, _reject_lone_surrogates
+    from agentr1.store.blobs import _has_inline
+
+    def timed(fn: Any) -> float:
+        fn()
+        started = time.process_time()
+        for _ in range(repeat):
+            fn()
+        return (time.process_time() - started) / repeat * 1e6
+
+    rows = ["| turn (messages) | json.loads body | lone-surrogate walk | pydantic validation (incl. the walk) | "
+            "model_dump of the messages | prefix comparison (_first_difference) | inline-image scan (sent + seen) | "
+            "json.dumps messages (sent + seen) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for turn in (1, 8, 64):
+        messages = [{"role": "user", "content": "conversation 0: let us talk."}]
+        for t in range(1, turn):
+            messages += [{"role": "assistant", "content": "4"},
+                         {"role": "user", "content": f"turn {t}: tell me a little more please."}]
+        body = {"model": "bench", "messages": messages, "max_tokens": 16}
+        raw, request, previous = json.dumps(body), ChatCompletionRequest.model_validate(body), messages[:-1]
+        costs = [timed(lambda: json.loads(raw)), timed(lambda: _reject_lone_surrogates(body)),
+                 timed(lambda: ChatCompletionRequest.model_validate(body)),
+                 timed(lambda: [m.model_dump(exclude_none=True) for m in request.messages]),
+                 timed(lambda: _first_difference(previous, messages)),
+                 timed(lambda: (_has_inline(messages), _has_inline(messages))),
+                 timed(lambda: (json.dumps(messages), json.dumps(messages)))]
+        rows.append(f"| {turn} ({len(messages)}) | " + " | ".join(f"{c:.0f} us" for c in costs) + " |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", help="tiny or smollm2: the same tokenizer and template")
@@ -275,6 +314,8 @@ def main() -> None:
     print("\n".join(_per_call_cpu(per_turn)))
     print(f"\n### Hot spots (cProfile, thread CPU time, {args.profile_reps} conversations)")
     print("\n".join(_hot_spots(tmp, args.top)))
+    print("\n### Stages that grow with the history, timed without a profiler (CPU per call)\n")
+    print("\n".join(_stage_costs()))
     subprocess.run(["rm", "-rf", str(tmp)], check=False)
 
 
