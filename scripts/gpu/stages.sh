@@ -5,6 +5,8 @@
 #   DEMOS EPOCHS RL_STEPS VAL   demonstrations, SFT epochs, GRPO steps, held-out tasks (environment overrides)
 #   RL_ARGS    extra key=value overrides of the RL run (space-separated), e.g. "actor_rollout_ref.rollout.n=4"
 #   JOB_ARGS   extra key=value overrides of every evaluation and of the RL run, e.g. "agent.timeout_s=3600"
+#   LIMIT_S    the RL command's own time limit (GPU default 540 s, under the device's 10 minutes per call); the RL
+#              run saves every SAVE_FREQ (5) steps, and `rl SEED` again resumes it from its last checkpoint
 #
 #   <script> base          the untrained policy on the VAL held-out tasks
 #   <script> demos         the expert's demonstrations replayed into the store (once; shared by the seeds)
@@ -37,6 +39,7 @@ stages_setup() {
     gpu_env "$PWD/scripts/gpu/stubs"
     gpu_smollm2 > /dev/null || exit 4
     PY=(python3)
+    LIMIT_S=${LIMIT_S:-540}
   fi
   JOB=("$TRAIN_CFG" "db=$DB" "data.val_size=$VAL" "trainer.device=$DEVICE" ${JOB_ARGS:-})
   SFT_MODEL=()
@@ -81,13 +84,15 @@ stage_sft() {
 stage_rl() {
   local seed=${1:?seed} dir=$OUT/seed$1
   stage "GRPO from the SFT checkpoint of seed $seed, $RL_STEPS steps"
-  local rl=$RUN/seed$seed/rl
-  rm -rf "$rl" && mkdir -p "$rl"
+  local rl=$RUN/seed$seed/rl limit=()
+  mkdir -p "$rl" "$dir"  # an existing run resumes from its last checkpoint (delete $rl to start over)
+  if [ "${LIMIT_S:-0}" -gt 0 ]; then limit=(timeout --signal=INT --kill-after=30 "$LIMIT_S"); fi
   (while sleep 30; do cp "$rl/metrics.jsonl" "$dir/rl_metrics.jsonl" 2>/dev/null && tail -n1 "$rl/metrics.jsonl" | cut -c1-200; done) &
   local copier=$!
-  "${AGENTR1[@]}" train "$TRAIN_CFG" "db=sqlite:///$rl/traces.db" "data.val_size=$VAL" "trainer.device=$DEVICE" ${JOB_ARGS:-} \
+  "${limit[@]}" "${AGENTR1[@]}" train "$TRAIN_CFG" "db=sqlite:///$rl/traces.db" "data.val_size=$VAL" "trainer.device=$DEVICE" ${JOB_ARGS:-} \
     "run_name=$RECIPE-rl-s$seed" "actor_rollout_ref.model=$(last_json "$dir/sft.json" checkpoint)" "trainer.seed=$seed" \
-    "trainer.total_training_steps=$RL_STEPS" "trainer.default_local_dir=$rl" ${RL_ARGS:-} --quiet | tee "$dir/rl.json" || true
+    "trainer.total_training_steps=$RL_STEPS" "trainer.default_local_dir=$rl" "trainer.save_freq=${SAVE_FREQ:-5}" \
+    ${RL_ARGS:-} --quiet | tee "$dir/rl.json" || true
   kill "$copier" 2>/dev/null || true
   cp "$rl/metrics.jsonl" "$dir/rl_metrics.jsonl"
   cp "$rl/curves.png" "$dir/rl_curves.png" 2>/dev/null || true
