@@ -8,7 +8,7 @@ Usage: python scripts/gpu/episode_stats.py DB RUN_ID [OUT.json] [--step last|N]
   --step   only the sessions of that evaluation step ("last": the latest one)
 
 Prints (and writes to OUT.json) a JSON object: sessions, success (outcome reward > 0), steps per episode
-(model calls), tool calls per episode and per successful episode, the share of steps the environment
+(model calls), tool calls per episode and per successful episode, the share of episodes with a tool call, the share of steps the environment
 penalised (reward < 0: an inadmissible ALFWorld command), and the failed sessions.
 """
 
@@ -43,6 +43,7 @@ def episode_stats(db: str, run_id: str, step: str | None = None) -> dict[str, An
     return {"run_id": run_id, "step": step, "sessions": len(sessions), "success": len(won) / n,
             "steps_per_episode": sum(len(s.steps) for s in sessions) / n,
             "tool_calls_per_episode": sum(calls.values()) / n,
+            "episodes_with_tool_calls": sum(c > 0 for c in calls.values()) / n,
             "tool_calls_per_success": sum(calls[s.id] for s in won) / max(1, len(won)),
             "penalised_step_share": sum((st.reward or 0.0) < 0 for st in all_steps) / max(1, len(all_steps)),
             "failed_sessions": sum(s.status != "finished" for s in sessions)}

@@ -117,8 +117,8 @@ stages = {"untrained": [read("base_stats.json")],
 summary = {"seeds": seeds, "temperature": 1.0}
 for name, rows in stages.items():
     summary[name] = {k: spread([r.get(k) if r else None for r in rows])
-                     for k in ("success", "tool_calls_per_episode", "tool_calls_per_success", "steps_per_episode",
-                               "sessions")}
+                     for k in ("success", "tool_calls_per_episode", "episodes_with_tool_calls", "tool_calls_per_success",
+                               "steps_per_episode", "sessions")}
 (out / "summary.json").write_text(json.dumps(summary, indent=1))
 print(json.dumps(summary, indent=1))
 PY
