@@ -42,9 +42,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers import ROOT, AgentLightning, AgentR1, Direct, Gateway, RLLM, ensure_peers_venv, start_process, wait_ready
-
 from agentr1.gateway.server import free_port
+from peers import RLLM, ROOT, AgentLightning, AgentR1, Direct, Gateway, ensure_peers_venv, start_process, wait_ready
 
 __all__ = ["PhaseResult", "conversation", "main", "run_phase"]
 

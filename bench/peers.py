@@ -28,12 +28,20 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-__all__ = ["PEER_PACKAGES", "AgentLightning", "AgentR1", "Direct", "Gateway", "RLLM", "ensure_peers_venv",
-           "start_process", "wait_ready"]
+__all__ = [
+    "PEER_PACKAGES",
+    "RLLM",
+    "AgentLightning",
+    "AgentR1",
+    "Direct",
+    "Gateway",
+    "ensure_peers_venv",
+    "start_process",
+    "wait_ready",
+]
 
 PEER_PACKAGES = ["agentlightning==1.0.2", "rllm-model-gateway==0.1.0"]
 ROOT = Path(__file__).resolve().parent.parent

@@ -113,10 +113,9 @@ def _profiled_app(app: Any, profiles: _Profiles, folder: Path) -> Any:
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from gateway_server import gateway_app
-
     from agentr1.gateway.server import uvicorn_options
     from agentr1.gateway.writer import StepWriter
+    from gateway_server import gateway_app
 
     profiles = _Profiles()
     original = StepWriter._write
@@ -225,15 +224,31 @@ def _hot_spots(folder: Path, top: int) -> list[str]:
     return lines
 
 
-def _stage_costs(repeat: int = 300) -> list[str]:
-    """CPU of the stages that grow with the history, timed in this process without a profiler, on
-    the request of turn 1, 8 and 64 of the conversation above (the assistant says "4")."""
+def _stage_row(turn: int, timed: Any) -> str:
     import json
 
     from agentr1.core.rendering.continuation import _first_difference
     from agentr1.gateway.schemas import ChatCompletionRequest, _reject_lone_surrogates
     from agentr1.store.blobs import _has_inline
 
+    messages = [{"role": "user", "content": "conversation 0: let us talk."}]
+    for t in range(1, turn):
+        messages += [{"role": "assistant", "content": "4"},
+                     {"role": "user", "content": f"turn {t}: tell me a little more please."}]
+    body = {"model": "bench", "messages": messages, "max_tokens": 16}
+    raw, request, previous = json.dumps(body), ChatCompletionRequest.model_validate(body), messages[:-1]
+    costs = [timed(lambda: json.loads(raw)), timed(lambda: _reject_lone_surrogates(body)),
+             timed(lambda: ChatCompletionRequest.model_validate(body)),
+             timed(lambda: [m.model_dump(exclude_none=True) for m in request.messages]),
+             timed(lambda: _first_difference(previous, messages)),
+             timed(lambda: (_has_inline(messages), _has_inline(messages))),
+             timed(lambda: (json.dumps(messages), json.dumps(messages)))]
+    return f"| {turn} ({len(messages)}) | " + " | ".join(f"{c:.0f} us" for c in costs) + " |"
+
+
+def _stage_costs(repeat: int = 300) -> list[str]:
+    """CPU of the stages that grow with the history, timed in this process without a profiler, on
+    the request of turn 1, 8 and 64 of the conversation above (the assistant says "4")."""
     def timed(fn: Any) -> float:
         fn()
         started = time.process_time()
@@ -245,19 +260,7 @@ def _stage_costs(repeat: int = 300) -> list[str]:
             "model_dump of the messages | prefix comparison (_first_difference) | inline-image scan (sent + seen) | "
             "json.dumps messages (sent + seen) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for turn in (1, 8, 64):
-        messages = [{"role": "user", "content": "conversation 0: let us talk."}]
-        for t in range(1, turn):
-            messages += [{"role": "assistant", "content": "4"},
-                         {"role": "user", "content": f"turn {t}: tell me a little more please."}]
-        body = {"model": "bench", "messages": messages, "max_tokens": 16}
-        raw, request, previous = json.dumps(body), ChatCompletionRequest.model_validate(body), messages[:-1]
-        costs = [timed(lambda: json.loads(raw)), timed(lambda: _reject_lone_surrogates(body)),
-                 timed(lambda: ChatCompletionRequest.model_validate(body)),
-                 timed(lambda: [m.model_dump(exclude_none=True) for m in request.messages]),
-                 timed(lambda: _first_difference(previous, messages)),
-                 timed(lambda: (_has_inline(messages), _has_inline(messages))),
-                 timed(lambda: (json.dumps(messages), json.dumps(messages)))]
-        rows.append(f"| {turn} ({len(messages)}) | " + " | ".join(f"{c:.0f} us" for c in costs) + " |")
+        rows.append(_stage_row(turn, timed))
     return rows
 
 

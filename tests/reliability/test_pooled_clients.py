@@ -24,9 +24,8 @@ from openai import APIConnectionError, AsyncOpenAI
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from peers import start_process, wait_ready  # noqa: E402
-
 from agentr1.gateway.server import free_port  # noqa: E402
+from peers import start_process, wait_ready  # noqa: E402
 
 AGENTS = 64
 DURATION_S = 100.0
