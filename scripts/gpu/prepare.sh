@@ -23,10 +23,11 @@ mkdir -p .whl .m1 .m2 .m3 .tok
 
 gguf=$("$PY" -c 'from agentr1.core.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
-# part sizes: .whl+.tok+.m1 and .ray+.raydeps+.m2 each fit one call beside an ~8 MB working tree
-head -c 27000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
-tail -c +27000001 /tmp/smollm2.gguf.xz | head -c 24000000 > .m2/gguf.xz.part2
-tail -c +51000001 /tmp/smollm2.gguf.xz > .m3/gguf.xz.part3
+# part sizes (the xz is ~90 MB): .whl+.tok+.m1 and .m2 each fit one call beside a ~10 MB working tree;
+# .m3 (~18 MB) leaves room for the call that runs the work
+head -c 24000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
+tail -c +24000001 /tmp/smollm2.gguf.xz | head -c 48000000 > .m2/gguf.xz.part2
+tail -c +72000001 /tmp/smollm2.gguf.xz > .m3/gguf.xz.part3
 sha256sum /tmp/smollm2.gguf.xz | sed 's/ .*/  gguf.xz/' > .tok/gguf.xz.sha256
 model=$("$PY" -c 'from agentr1.core.models import ensure_smollm2; print(ensure_smollm2())')
 tar czf .tok/tok.tgz -C "$model" tokenizer.json tokenizer_config.json chat_template.jinja config.json generation_config.json
