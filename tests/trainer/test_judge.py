@@ -127,7 +127,7 @@ def test_an_unreachable_judge_is_a_failure_that_is_not_cached(tmp_path):
 
 
 EXAMPLES = [{"reference": "12", "answer": "The answer is 12.", "score": 10},
-            {"reference": "9", "answer": "It is 8.", "score": 0}]
+            {"reference": "9", "answer": "It is 8.", "score": 0}, {"reference": "30", "answer": "30", "score": 10}]
 SHORT_RUBRIC = ("Reference answer: {reference}\nAssistant's answer: {answer}\n"
                 "Reply SCORE: {max_score} if the assistant's answer equals the reference, SCORE: 0 if not.")
 
@@ -136,14 +136,16 @@ SHORT_RUBRIC = ("Reference answer: {reference}\nAssistant's answer: {answer}\n"
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", ["outcome", "process"])
 def test_a_real_judge_model_scores_sessions_and_steps(tmp_path, smollm2_path, mode):
-    """SmolLM2-135M behind a second gateway, shown two worked examples, writes a SCORE line that parses;
+    """SmolLM2-135M behind a second gateway, shown three worked examples, writes a SCORE line that parses
+    (with two it wrote 'SCORE: 10 if the', a judge failure);
     the score is stored as a judge reward on the session (or on each step, mode process)."""
     backend = LocalBackend(smollm2_path, device="cpu", model_name="judge")
     app = create_app(GatewaySettings(db=str(tmp_path / "judge_gateway.db"), accept_any_model=True), backend=backend)
     store = TraceStore.open(str(tmp_path / "traces.db"))
     sid = judged_session(store, "run", "The answer is 12.")
     with BackgroundServer(app) as url:
-        config = JudgeConfig(base_url=f"{url}/v1", rubric=SHORT_RUBRIC, examples=EXAMPLES, mode=mode, max_tokens=8)
+        config = JudgeConfig(base_url=f"{url}/v1", rubric=SHORT_RUBRIC, examples=EXAMPLES, mode=mode, max_tokens=8,
+                             timeout_s=600)
         judge = Judge(config, store, "run")
         sessions, rewards = score_sessions(store, [sid], {"t1": TASK}, {"judge": judge}, RewardConfig())
     assert rewards[sid].failures == {}
@@ -151,7 +153,7 @@ def test_a_real_judge_model_scores_sessions_and_steps(tmp_path, smollm2_path, mo
     assert record.status == "finished" and record.metadata["judge_of"] == sid
     [step] = store.get_session(record.id).steps
     assert parse_score(step.action["content"], 10.0) == record.metadata["score"]  # what the judge wrote, parsed
-    assert [m["role"] for m in step.messages_sent] == ["user", "assistant", "user", "assistant", "user"]
+    assert [m["role"] for m in step.messages_sent] == ["user", "assistant"] * 3 + ["user"]
     [stored] = [r for r in sessions[0].rewards if r.source == "judge"]
     assert stored.value == record.metadata["score"] and stored.step_index == (None if mode == "outcome" else 0)
     assert rewards[sid].total == pytest.approx(record.metadata["score"])
