@@ -1,7 +1,7 @@
 """An OpenAI Agents SDK ``Agent`` with a calculator function tool, recorded by agentr1.
 
-``use_gateway()`` makes the gateway the process's default OpenAI client on the Chat Completions
-API (and turns the Agents SDK's export of traces to OpenAI off); the agent stays as written.
+``use_gateway()`` makes the gateway the process's default OpenAI client, on the SDK's default
+Responses API (and turns the Agents SDK's export of traces to OpenAI off); the agent stays as written.
 Each ``@rollout`` call is one session.
 
     agentr1 gateway --model smollm2 --port 8000

@@ -27,7 +27,8 @@ def test_example_agent_with_function_tool_records_exact_two_step_sessions(gatewa
     for s in sessions:
         assert s.status == "finished" and s.reward == 1.0
         call, _ = exact_steps(store, s.id, 2)
-        assert call.messages_sent[0] == {"role": "system", "content": example.INSTRUCTIONS}
+        assert call.messages_seen[0] == {"role": "system", "content": example.INSTRUCTIONS}
+        assert call.sampling["endpoint"] == "responses"  # the SDK's default API, not forced to Chat Completions
         assert [t["function"]["name"] for t in call.tools] == ["calculator"]
     assert isinstance(trace("probe"), NoOpTrace)  # use_gateway() turned the export of traces to OpenAI off
 

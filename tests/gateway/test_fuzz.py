@@ -1,8 +1,8 @@
 """Property-based fuzzing of the gateway's HTTP API from its own OpenAPI schema (schemathesis).
 
-Every operation (admin routes aside: pausing the backend would turn later calls into 503s) gets
-generated requests, valid and not; each must be answered within a timeout, never with a 5xx, and
-every error in OpenAI's shape. The number of examples per operation comes from
+Every operation (admin routes aside: pausing the backend would turn later calls into 503s), the Responses
+and Anthropic Messages routes included, gets generated requests, valid and not; each must be answered
+within a timeout, never with a 5xx, and every error in OpenAI's shape (Anthropic's on /v1/messages). The number of examples per operation comes from
 AGENTR1_FUZZ_EXAMPLES per operation and mode (default 8: a quick pass, ~130 requests, in the default suite); the long run is
 
     AGENTR1_FUZZ_EXAMPLES=300 pytest -m fuzz tests/gateway/test_fuzz.py
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ from agentr1.gateway.backends.instant import InstantBackend
 EXAMPLES = int(os.environ.get("AGENTR1_FUZZ_EXAMPLES", "8"))
 CALL_TIMEOUT_S = 15.0
 ERROR_KEYS = {"message", "type", "param", "code"}
+ANTHROPIC_PATH = re.compile(r"/v1/messages(/count_tokens)?$")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,12 @@ def _check(case, gateway_url):
     response = case.call(base_url=gateway_url, timeout=CALL_TIMEOUT_S)
     where = f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:500]}"
     assert response.status_code < 500 or (response.status_code == 503 and "Retry-After" in response.headers), where
-    if response.status_code >= 400:
+    if response.status_code >= 400 and ANTHROPIC_PATH.search(case.formatted_path):  # Anthropic's own shape
+        body = response.json()
+        assert isinstance(body, dict) and body.get("type") == "error" and set(body["error"]) == {"type", "message"}, \
+            where
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"], where
+    elif response.status_code >= 400:
         body = response.json()
         assert isinstance(body, dict) and set(body) == {"error"} and set(body["error"]) == ERROR_KEYS, where
         assert isinstance(body["error"]["message"], str) and body["error"]["message"], where
@@ -88,6 +95,8 @@ SURROGATES = [  # found by probing beyond the schema's strings: each was a 500 (
     ("/v1/completions", '{"model":"p","prompt":"\\ud800"}'),
     ("/v1/completions", '{"model":"p","prompt":["a","\\udfff"]}'),
     ("/sessions", '{"metadata":{"k":"\\ud800"}}'),
+    ("/v1/responses", '{"model":"p","input":"\\ud800"}'),
+    ("/v1/responses", '{"model":"p","input":[{"role":"user","content":[{"type":"input_text","text":"\\udc00"}]}]}'),
 ]
 
 
@@ -96,6 +105,13 @@ def test_lone_surrogate_escapes_are_a_400(gateway_url, path, raw):
     r = httpx.post(gateway_url + path, content=raw.encode(), headers={"content-type": "application/json"}, timeout=15)
     assert r.status_code == 400, r.text
     assert set(r.json()["error"]) == ERROR_KEYS and "Unicode" in r.json()["error"]["message"]
+
+
+def test_lone_surrogate_escapes_are_a_400_in_anthropic_shape(gateway_url):
+    raw = '{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"\\ud800"}]}'
+    r = httpx.post(f"{gateway_url}/v1/messages", content=raw.encode(), headers={"content-type": "application/json"},
+                   timeout=15)
+    assert r.status_code == 400 and r.json()["type"] == "error" and "Unicode" in r.json()["error"]["message"], r.text
 
 
 def test_a_reward_for_a_step_beyond_any_sql_integer_is_a_400(gateway_url):

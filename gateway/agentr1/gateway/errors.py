@@ -1,8 +1,10 @@
-"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, never a traceback."""
+"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, never a traceback; on the
+Anthropic Messages routes in Anthropic's: {"type": "error", "error": {"type", "message"}}."""
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,6 +21,18 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
           422: "invalid_request_error", 429: "rate_limit_error"}
 
 
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
+                    422: "invalid_request_error", 429: "rate_limit_error", 503: "overloaded_error"}
+ANTHROPIC_PATH = re.compile(r"(^|/)v1/messages(/count_tokens)?/?$")
+
+
+def anthropic_error(status: int, message: str) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}``: Anthropic's shape, for its routes."""
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
 class APIError(Exception):
     def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
                  retry_after: float | None = None) -> None:
@@ -26,14 +40,22 @@ class APIError(Exception):
         self.status, self.message, self.code, self.param, self.retry_after = status, message, code, param, retry_after
 
 
+def error_type(status: int) -> str:
+    return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
 def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    kind = error_type(status)
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_response(status: int, message: str, *, code: str | None = None, param: str | None = None,
-                   retry_after: float | None = None) -> JSONResponse:
+                   retry_after: float | None = None, request: Request | None = None) -> JSONResponse:
+    """The error in the shape of the API the request spoke: Anthropic's for /v1/messages, OpenAI's elsewhere
+    (the Responses API shares OpenAI's)."""
     headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
+    if request is not None and ANTHROPIC_PATH.search(request.url.path):
+        return JSONResponse(anthropic_error(status, message), status_code=status, headers=headers)
     return JSONResponse(error_body(status, message, code, param), status_code=status, headers=headers)
 
 
@@ -52,25 +74,27 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc.status, exc.message, code=exc.code, param=exc.param, retry_after=exc.retry_after)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status, exc.message, code=exc.code, param=exc.param, retry_after=exc.retry_after,
+                              request=request)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = _validation_message(exc)
-        return error_response(400, message, code="invalid_request", param=param)
+        return error_response(400, message, code="invalid_request", param=param, request=request)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail))
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), request=request)
 
     @app.exception_handler(BackendError)
-    async def _backend(_: Request, exc: BackendError) -> JSONResponse:
+    async def _backend(request: Request, exc: BackendError) -> JSONResponse:
         log.warning("backend error: %s", exc)
         return error_response(exc.status_code, f"model backend failed: {exc}", code="backend_error",
-                              retry_after=exc.retry_after if exc.retry_after is not None else 1.0)
+                              retry_after=exc.retry_after if exc.retry_after is not None else 1.0, request=request)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return error_response(500, f"internal error ({type(exc).__name__}); see the gateway log", code="internal_error")
+        return error_response(500, f"internal error ({type(exc).__name__}); see the gateway log", code="internal_error",
+                              request=request)

@@ -42,6 +42,15 @@ class ChatMessage(_Open):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
+    @model_validator(mode="after")
+    def _has_content(self) -> ChatMessage:
+        """As at OpenAI: every message has content, but an assistant message that calls tools."""
+        if self.content is None and not (self.role == "assistant" and (self.tool_calls or
+                                                                       self.model_extra.get("function_call"))):
+            raise ValueError(f"a {self.role} message needs content"
+                             + (" or tool_calls" if self.role == "assistant" else ""))
+        return self
+
 
 class StreamOptions(_Open):
     include_usage: bool = False
@@ -139,3 +148,74 @@ class SessionFinish(BaseModel):
 class WeightUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str
+
+
+class ResponsesRequest(_Open):
+    """``POST /v1/responses`` (OpenAI Responses API); items are checked by the codec, which names the bad one."""
+
+    model: str
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    stream: bool = False
+    previous_response_id: str | None = Field(None, max_length=128)
+    store: bool = True
+    parallel_tool_calls: bool = True
+    metadata: dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    truncation: str | None = None
+    user: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return _reject_lone_surrogates(data)
+
+
+class AnthropicMessage(_Open):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Open):
+    """``POST /v1/messages`` (Anthropic Messages API): ``max_tokens`` is required, as Anthropic requires it."""
+
+    model: str
+    max_tokens: int = Field(ge=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+    stop_sequences: list[str] | None = Field(None, max_length=16)
+    temperature: float | None = Field(None, ge=0.0, le=1.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    stream: bool = False
+    metadata: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return _reject_lone_surrogates(data)
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def _stops(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not s for s in v):
+            raise ValueError("stop_sequences must be non-empty strings")
+        return v
+
+
+class CountTokensRequest(_Open):
+    model: str
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -24,10 +25,12 @@ from agentr1.gateway.errors import APIError
 from agentr1.store import SessionExists, StepRecord, TraceStore, UnknownSession
 
 SESSION_HEADER = "x-agentr1-session"
+PARENT_SESSION_HEADER = "x-agentr1-parent-session"  # a sub-agent's session names the session that started it
 BAGGAGE_KEY = "agentr1.session"
 KEY_PREFIX = "a1s-"
 MAX_CACHED_SESSIONS = 20_000
 MAX_AUTO_CANDIDATES = 4_096
+SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # as POST /sessions accepts them
 
 
 def hash_key(key: str) -> str:
@@ -48,9 +51,10 @@ class SessionState:
     previous_parent: int | None = None  # the parent of those choices: a client retry continues from it too
     previous_drift: bool = False  # whether the last call drifted: its retry has the same prompt, so drifts too
     last_call: list[int] = field(default_factory=list)  # the last call's own step indices (a retry replaces these)
+    recent: list[tuple[int, PreviousTurn]] = field(default_factory=list)  # the last steps: where a branch may fork
     auto: bool = False
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    in_flight: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # taken by a call to plan its prompt and to record
+    in_flight: int = 0  # calls of this session between attribution and their end (streamed ones included)
 
 
 def previous_from_step(step: StepRecord) -> PreviousTurn:
@@ -83,6 +87,7 @@ class SessionRegistry:
         self._keys: dict[str, str] = {}  # key hash -> session id
         self._auto_by_conversation: OrderedDict[str, str] = OrderedDict()  # history hash -> auto session
         self._create_lock = asyncio.Lock()
+        self.max_cached = MAX_CACHED_SESSIONS  # session states kept in memory (least recently used go first)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -104,6 +109,22 @@ class SessionRegistry:
         self._keys[hash_key(key)] = sid
         return state, key
 
+    async def create_named(self, session_id: str, *, parent: str | None = None) -> None:
+        """Create the session a call names in its URL (``/sessions/my-run-17/v1/...``) on first use; a concurrent
+        first call creating it too is fine. ``parent``: the session of the agent that started this one (a
+        sub-agent's ``X-Agentr1-Parent-Session`` header), kept as ``metadata["parent_session"]``."""
+        if not SESSION_ID.fullmatch(session_id):
+            raise APIError(400, f"a session id is 1-64 letters, digits or _.:- (got {session_id[:80]!r})",
+                           code="invalid_session_id")
+        try:
+            metadata: dict[str, Any] = {"created_on_first_call": True}
+            if parent:
+                metadata["parent_session"] = parent[:64]
+            await self.create(session_id=session_id, metadata=metadata)
+        except APIError as exc:
+            if exc.code != "session_exists":
+                raise
+
     async def get(self, session_id: str) -> SessionState:
         state = self._states.get(session_id)
         if state is not None:
@@ -121,6 +142,7 @@ class SessionRegistry:
             previous_parent=None if last is None else last.parent_index,
             previous_drift=False if last is None else last.drift,
             last_call=[] if last is None else [last.index],
+            recent=[] if last is None else [(last.index, previous_from_step(last))],
             auto=bool(record.metadata.get("auto")),
         )
         # Another request may have loaded it meanwhile: keep the first so there is one lock.
@@ -138,7 +160,7 @@ class SessionRegistry:
 
     def _remember(self, state: SessionState) -> None:
         self._states[state.id] = state
-        while len(self._states) > MAX_CACHED_SESSIONS:
+        while len(self._states) > self.max_cached:
             oldest_id, oldest = next(iter(self._states.items()))
             if oldest.in_flight or oldest.lock.locked():
                 self._states.move_to_end(oldest_id)
@@ -157,7 +179,9 @@ class SessionRegistry:
         return sid
 
     async def resolve(self, request: Request, path_session: str | None,
-                      messages: list[dict[str, Any]] | None) -> SessionState:
+                      messages: list[dict[str, Any]] | None, *, hint: str | None = None) -> SessionState:
+        """The call's session; ``hint``: the session of the response it continues (``previous_response_id``),
+        used when the call names none."""
         sid = explicit_session(request, path_session)
         if sid is None:
             key = _bearer(request)
@@ -165,6 +189,7 @@ class SessionRegistry:
                 sid = await self.session_for_key(key)
                 if sid is None:
                     raise APIError(401, "unknown session key", code="invalid_api_key")
+        sid = sid or hint
         if sid is not None:
             state = await self.get(sid)
         elif not self.auto_session:

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from agentr1.gateway.auth import require_session_access, session_run
+from agentr1.gateway.branches import branch_report
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError
@@ -52,7 +53,8 @@ async def get_session(session_id: str, request: Request) -> dict[str, Any]:
     except UnknownSession as exc:
         raise APIError(404, str(exc), code="session_not_found") from exc
     # images come back as the agent sent them (the store keeps them once, by hash)
-    return await asyncio.to_thread(session_with_images, record, gw.sessions.store.images)
+    trace = await asyncio.to_thread(session_with_images, record, gw.sessions.store.images)
+    return {**trace, **branch_report(record.steps)}  # and its shape: branches, drift, superseded steps
 
 
 @router.post("/{session_id}/rewards", status_code=201)

@@ -1,0 +1,85 @@
+"""What the wire formats share: running a :class:`ModelCall` to an HTTP response (whole or as server-sent
+events), sampling parameters from a body, and the SSE framing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from agentr1.gateway.backends.base import SamplingParams
+from agentr1.gateway.model_call import CallOutcome, ModelCall, TextDelta
+from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway.tracing import step_span
+
+__all__ = ["CallStream", "call_headers", "respond", "sampling_params", "sse"]
+
+Encoder = Callable[[ModelCall, CallOutcome], dict[str, Any]]
+StreamEncoder = Callable[[ModelCall, AsyncIterator[TextDelta | CallOutcome]], AsyncIterator[bytes]]
+
+
+def sse(payload: dict[str, Any] | str, event: str | None = None) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return (f"event: {event}\ndata: {data}\n\n" if event else f"data: {data}\n\n").encode()
+
+
+def sampling_params(settings: GatewaySettings, *, max_tokens: int | None, temperature: float | None = None,
+                    top_p: float | None = None, top_k: int | None = None, stop: list[str] | None = None,
+                    stop_token_ids: list[int] | None = None, seed: int | None = None,
+                    top_logprobs: int = 0) -> SamplingParams:
+    return SamplingParams(
+        max_new_tokens=max_tokens or settings.max_tokens_default,
+        temperature=1.0 if temperature is None else temperature,
+        top_p=1.0 if top_p is None else top_p,
+        top_k=max(0, top_k or 0),
+        stop=list(stop or []),
+        stop_token_ids=list(stop_token_ids or []),
+        seed=seed,
+        top_logprobs=top_logprobs,
+    )
+
+
+def call_headers(call: ModelCall, steps: list[int] | None = None) -> dict[str, str]:
+    headers = {"X-Agentr1-Session": call.state.id}
+    if steps is not None:
+        headers["X-Agentr1-Steps"] = ",".join(map(str, steps))
+    return headers
+
+
+class CallStream(StreamingResponse):
+    """A streamed answer that releases its call however the stream ends (done, failed, client gone, or never
+    started because the client left first)."""
+
+    def __init__(self, content: AsyncIterator[bytes], call: ModelCall) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={**call_headers(call), "Cache-Control": "no-cache"})
+        self.call = call
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.call.release()
+
+
+async def respond(request: Request, call: ModelCall, encode: Encoder, stream: StreamEncoder | None) -> Response:
+    """Prepare and run ``call``; answer with ``encode(call, outcome)`` as JSON, or stream ``stream``'s events."""
+    try:
+        with step_span(request.headers, call.state.id) as span:
+            await call.prepare()
+            if stream is not None:
+                response: Response = CallStream(stream(call, call.events()), call)
+                return response
+            outcome = await call.run()
+            if span is not None:
+                span.set_attribute("agentr1.steps", ",".join(map(str, outcome.steps)))
+    except BaseException:
+        call.release()
+        raise
+    call.release()
+    return JSONResponse(encode(call, outcome), headers=call_headers(call, outcome.steps))

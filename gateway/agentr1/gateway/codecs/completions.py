@@ -1,0 +1,125 @@
+"""OpenAI legacy text completions (``POST /v1/completions``) over the one call path: a prompt as text or token
+ids, one step per prompt and sample; streamed token by token, with a usage chunk when asked."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentr1.gateway.calls import Gateway
+from agentr1.gateway.codecs.common import sampling_params, sse
+from agentr1.gateway.codecs.errors import stream_error
+from agentr1.gateway.errors import APIError
+from agentr1.gateway.model_call import CallInput, CallOutcome, Choice, ModelCall, TextDelta
+from agentr1.gateway.schemas import CompletionRequest
+
+__all__ = ["completion_input", "encode_completion", "stream_completion"]
+
+MAX_PROMPTS = 64
+
+
+def _prompts(gw: Gateway, prompt: Any) -> list[list[int]]:
+    if gw.renderer is None:  # an external model: no tokenizer; the call itself refuses
+        return []
+    vocab = len(gw.renderer.tokenizer)
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if prompt and isinstance(prompt[0], int):
+        prompt = [prompt]
+    out = []
+    for p in prompt:
+        ids = gw.renderer.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
+        if not ids:
+            raise APIError(400, "prompt must not be empty", code="invalid_prompt", param="prompt")
+        if any(not 0 <= t < vocab for t in ids):
+            raise APIError(400, f"prompt token ids must be in [0, {vocab})", code="invalid_prompt", param="prompt")
+        out.append(ids)
+    if len(out) > MAX_PROMPTS:
+        raise APIError(400, f"at most {MAX_PROMPTS} prompts per request", param="prompt")
+    return out
+
+
+def completion_input(gw: Gateway, body: CompletionRequest) -> CallInput:
+    sampling = sampling_params(gw.settings, max_tokens=body.max_tokens, temperature=body.temperature,
+                               top_p=body.top_p, top_k=body.top_k, stop=body.stop, stop_token_ids=body.stop_token_ids,
+                               seed=body.seed, top_logprobs=body.logprobs or 0)
+    return CallInput(endpoint="completions", model=body.model, sampling=sampling,
+                     explicit_max_tokens=body.max_tokens is not None, n=body.n, prompts=_prompts(gw, body.prompt),
+                     extra={"logprobs": body.logprobs, "echo": body.echo,
+                            "include_usage": bool(body.stream_options and body.stream_options.include_usage)})
+
+
+def _logprobs(call: ModelCall, token_ids: list[int], logprobs: list[float], tops: list[Any] | None,
+              offset: int = 0) -> dict[str, Any]:
+    tok = call.gw.renderer.tokenizer
+    tokens = [tok.decode([t], skip_special_tokens=False) for t in token_ids]
+    top = None
+    if call.spec.extra.get("logprobs"):
+        top = [{tok.decode([a.token_id], skip_special_tokens=False): a.logprob for a in (tops[i] or [])}
+               if tops and i < len(tops) else {} for i in range(len(tokens))]
+    offsets, at = [], offset
+    for t in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
+
+
+def _usage(outcome: CallOutcome) -> dict[str, Any]:
+    return {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
+            "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": outcome.cached_tokens}}
+
+
+def _text(call: ModelCall, choice: Choice) -> str:
+    prefix = ""
+    if call.spec.extra.get("echo"):
+        prefix = call.gw.renderer.tokenizer.decode(call.prompts[choice.prompt_index], skip_special_tokens=False)
+    return prefix + (choice.message.get("content") or "")
+
+
+def encode_completion(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
+    choices = []
+    for c in outcome.choices:
+        lp = None
+        if call.spec.extra.get("logprobs") is not None and c.result is not None:
+            lp = _logprobs(call, c.result.output_ids, c.result.logprobs, c.result.top_logprobs)
+        choices.append({"index": c.index, "text": _text(call, c), "logprobs": lp, "finish_reason": c.finish_reason})
+    return {"id": call.request_id, "object": "text_completion", "created": call.created, "model": outcome.model,
+            "choices": choices, "usage": _usage(outcome),
+            "agentr1": {"session_id": call.state.id, "steps": outcome.steps}}
+
+
+def _chunk(call: ModelCall, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": call.request_id, "object": "text_completion", "created": call.created,
+            "model": call.gw.backend.model_name, "choices": choices}
+
+
+async def stream_completion(call: ModelCall, events: AsyncIterator[TextDelta | CallOutcome]) -> AsyncIterator[bytes]:
+    """One event per released piece of text, then each choice's finish, a usage chunk if asked, ``[DONE]``."""
+    want_logprobs = call.spec.extra.get("logprobs") is not None
+    sent = [0] * len(call.jobs)
+    try:
+        if call.spec.extra.get("echo") and call.prompts:
+            for i, job in enumerate(call.jobs):
+                prompt = call.gw.renderer.tokenizer.decode(call.prompts[job.prompt_index], skip_special_tokens=False)
+                yield sse(_chunk(call, [{"index": i, "text": prompt, "logprobs": None, "finish_reason": None}]))
+        async for event in events:
+            if isinstance(event, TextDelta):
+                lp = _logprobs(call, event.token_ids, event.logprobs, event.top_logprobs) if want_logprobs else None
+                sent[event.choice] += len(event.token_ids)
+                yield sse(_chunk(call, [{"index": event.choice, "text": event.text, "logprobs": lp,
+                                         "finish_reason": None}]))
+                continue
+            for c in event.choices:
+                lp = None
+                if want_logprobs and c.result is not None:
+                    k, r = sent[c.index], c.result
+                    lp = _logprobs(call, r.output_ids[k:], r.logprobs[k:], r.top_logprobs[k:] if r.top_logprobs else None)
+                last = _chunk(call, [{"index": c.index, "text": c.rest, "logprobs": lp, "finish_reason": c.finish_reason}])
+                last["agentr1"] = {"session_id": call.state.id, "steps": [c.step]}
+                yield sse(last)
+            if call.spec.extra.get("include_usage"):
+                yield sse({**_chunk(call, []), "usage": _usage(event)})
+        yield sse("[DONE]")
+    except Exception as exc:  # the status line is gone: report in-band, as OpenAI does
+        yield sse(stream_error(call.gw, exc))

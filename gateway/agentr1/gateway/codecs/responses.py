@@ -1,0 +1,243 @@
+"""OpenAI Responses (``POST /v1/responses``) over the one call path.
+
+Decoding turns ``instructions`` + ``input`` (a string, or items: messages, ``function_call``,
+``function_call_output``, ``reasoning``) into the canonical chat messages the model sees; with
+``previous_response_id`` the conversation of that response (its input and its output, as the gateway kept
+them) comes first. An assistant turn arrives as several items (reasoning, a message, function calls): they
+are joined back into the one assistant message the model produced, so the next turn extends the previous
+prompt and the sampled ids token for token. The step keeps ``messages_sent`` as the agent sent it (the
+Responses body) and ``messages_seen`` in canonical form.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from agentr1.gateway.calls import Gateway
+from agentr1.gateway.codecs.common import sampling_params
+from agentr1.gateway.codecs.tools import check_response_format, check_tools, function_tool
+from agentr1.gateway.errors import APIError
+from agentr1.gateway.model_call import CallInput, CallOutcome, ModelCall
+from agentr1.gateway.schemas import ResponsesRequest
+
+__all__ = ["ResponseLog", "encode_response", "response_input", "response_items", "response_object"]
+
+Message = dict[str, Any]
+MAX_KEPT_RESPONSES = 10_000
+
+
+class ResponseLog:
+    """The responses this gateway answered (with ``store`` true), for ``previous_response_id`` and
+    ``GET /v1/responses/{id}``: in memory, the most recent ``limit``, lost when the gateway restarts."""
+
+    def __init__(self, limit: int = MAX_KEPT_RESPONSES) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[str, tuple[str, list[Message], dict[str, Any]]] = OrderedDict()
+
+    def keep(self, session_id: str, conversation: list[Message], response: dict[str, Any]) -> None:
+        self._kept[response["id"]] = (session_id, conversation, response)
+        while len(self._kept) > self.limit:
+            self._kept.popitem(last=False)
+
+    def get(self, response_id: str) -> tuple[str, list[Message], dict[str, Any]]:
+        kept = self._kept.get(response_id)
+        if kept is None:
+            raise APIError(404, f"no response with id {response_id!r} (responses are kept in memory, with store "
+                                "true, while the gateway runs)", code="response_not_found",
+                           param="previous_response_id")
+        return kept
+
+
+def response_log(gw: Gateway) -> ResponseLog:
+    if gw.responses is None:
+        gw.responses = ResponseLog()
+    return gw.responses  # type: ignore[no-any-return]
+
+
+def _text_of(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise APIError(400, f"{where}.content must be a string or a list of parts", code="invalid_request",
+                       param=where)
+    texts = []
+    for k, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("input_text", "output_text", "text", "summary_text", "reasoning_text") \
+                or not isinstance(part.get("text"), str):
+            raise APIError(400, f"{where}.content[{k}]: only text parts are supported (got {kind!r})",
+                           code="invalid_request", param=f"{where}.content[{k}]")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def items_to_messages(items: list[Any]) -> list[Message]:
+    """Responses input items -> canonical chat messages; an assistant turn's items become one message."""
+    messages: list[Message] = []
+    turn: Message | None = None  # the assistant message being assembled from consecutive output items
+
+    def assistant() -> Message:
+        nonlocal turn
+        if turn is None:
+            turn = {"role": "assistant", "content": None}
+            messages.append(turn)
+        return turn
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise APIError(400, f"{where} must be an object", code="invalid_request", param=where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise APIError(400, f"{where}.role must be user, assistant, system or developer", param=where,
+                               code="invalid_request")
+            if "content" not in item:
+                raise APIError(400, f"{where} needs content", code="invalid_request", param=f"{where}.content")
+            text = _text_of(item["content"], where)
+            if role == "assistant":
+                message = assistant()
+                message["content"] = (message["content"] or "") + text
+            else:
+                turn = None
+                messages.append({"role": role, "content": text})
+        elif kind == "function_call":
+            if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
+                raise APIError(400, f"{where}: a function_call needs name and call_id", code="invalid_request",
+                               param=where)
+            arguments = item.get("arguments", "{}")
+            assistant().setdefault("tool_calls", []).append({
+                "id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": arguments if isinstance(arguments, str)
+                             else json.dumps(arguments)}})
+        elif kind == "function_call_output":
+            if not isinstance(item.get("call_id"), str) or "output" not in item:
+                raise APIError(400, f"{where}: a function_call_output needs call_id and output",
+                               code="invalid_request", param=where)
+            output = item["output"]
+            turn = None
+            messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                             "content": output if isinstance(output, str) else _text_of(output, where)})
+        elif kind == "reasoning":
+            summary = item.get("content") or item.get("summary") or []
+            text = _text_of(summary, where) if summary else ""
+            if text:
+                assistant()["reasoning_content"] = text
+        else:
+            raise APIError(400, f"{where}: input items of type {kind!r} are not supported (messages, function_call, "
+                                "function_call_output and reasoning are)", code="invalid_request", param=where)
+    return messages
+
+
+def _tools(body: ResponsesRequest) -> list[dict[str, Any]] | None:
+    if not body.tools:
+        return None
+    tools = []
+    for i, tool in enumerate(body.tools):
+        if tool.get("type") != "function":
+            raise APIError(400, f"tools[{i}]: only function tools are supported (got {tool.get('type')!r})",
+                           code="invalid_request", param=f"tools[{i}]")
+        tools.append(function_tool(tool.get("name"), tool.get("description"), tool.get("parameters")))
+    return tools
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if isinstance(choice, dict):
+        raise APIError(400, f"tool_choice of type {choice.get('type')!r} is not supported", code="invalid_request",
+                       param="tool_choice")
+    return choice
+
+
+def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
+    tools, tool_choice = _tools(body), _tool_choice(body.tool_choice)
+    check_tools(tools, tool_choice)
+    check_response_format((body.text or {}).get("format"), param="text.format")
+    history: list[Message] = []
+    previous_session = None
+    if body.previous_response_id:
+        previous_session, history, _ = response_log(gw).get(body.previous_response_id)
+        history = list(history)
+    items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+    new = items_to_messages(items)
+    if body.instructions and not body.previous_response_id:
+        new.insert(0, {"role": "system", "content": body.instructions})
+    elif body.instructions and (not history or history[0].get("role") not in ("system", "developer")):
+        history.insert(0, {"role": "system", "content": body.instructions})
+    elif body.instructions:  # instructions replace the previous response's, as at OpenAI
+        history[0] = {"role": "system", "content": body.instructions}
+    messages = history + new
+    if not any(m["role"] != "system" for m in messages):
+        raise APIError(400, "input has no message for the model to answer", code="invalid_request", param="input")
+    sampling = sampling_params(gw.settings, max_tokens=body.max_output_tokens, temperature=body.temperature,
+                               top_p=body.top_p, top_logprobs=body.top_logprobs or 0)
+    sent = list(items)
+    if body.instructions:
+        sent.insert(0, {"type": "instructions", "role": "system", "content": body.instructions})
+    return CallInput(endpoint="responses", model=body.model, sampling=sampling,
+                     explicit_max_tokens=body.max_output_tokens is not None, messages=messages, tools=tools,
+                     tool_choice=tool_choice, messages_sent=sent, session_hint=previous_session,
+                     extra={"body": body})
+
+
+def response_items(call: ModelCall, message: Message, *, status: str = "completed") -> list[dict[str, Any]]:
+    """The output items of one assistant message: reasoning, the message, function calls."""
+    items: list[dict[str, Any]] = []
+    suffix = call.request_id.split("_", 1)[-1][:24]
+    if message.get("reasoning_content"):
+        items.append({"type": "reasoning", "id": f"rs_{suffix}", "summary": [],
+                      "content": [{"type": "reasoning_text", "text": message["reasoning_content"]}], "status": status})
+    if message.get("content"):
+        items.append({"type": "message", "id": f"msg_{suffix}", "status": status, "role": "assistant",
+                      "content": [{"type": "output_text", "text": message["content"], "annotations": [],
+                                   "logprobs": []}]})
+    for k, tc in enumerate(message.get("tool_calls") or []):
+        items.append({"type": "function_call", "id": f"fc_{suffix}_{k}", "call_id": tc["id"],
+                      "name": tc["function"]["name"], "arguments": tc["function"]["arguments"], "status": status})
+    return items
+
+
+def response_object(call: ModelCall, *, status: str, output: list[dict[str, Any]],
+                    outcome: CallOutcome | None = None) -> dict[str, Any]:
+    body: ResponsesRequest = call.spec.extra["body"]
+    incomplete = None
+    if outcome is not None and outcome.choices and outcome.choices[0].finish_reason == "length":
+        status, incomplete = "incomplete", {"reason": "max_output_tokens"}
+    usage = None
+    if outcome is not None:
+        usage = {"input_tokens": outcome.prompt_tokens,
+                 "input_tokens_details": {"cached_tokens": outcome.cached_tokens},
+                 "output_tokens": outcome.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": outcome.prompt_tokens + outcome.completion_tokens}
+    response = {
+        "id": call.request_id, "object": "response", "created_at": call.created, "status": status,
+        "model": call.gw.backend.model_name, "output": output, "usage": usage, "error": None,
+        "incomplete_details": incomplete, "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens, "parallel_tool_calls": body.parallel_tool_calls,
+        "previous_response_id": body.previous_response_id, "temperature": body.temperature, "top_p": body.top_p,
+        "tool_choice": body.tool_choice or "auto", "tools": body.tools or [], "store": body.store,
+        "text": body.text or {"format": {"type": "text"}}, "truncation": body.truncation or "disabled",
+        "metadata": body.metadata or {}, "reasoning": body.reasoning, "user": body.user,
+    }
+    if outcome is not None:
+        response["agentr1"] = {"session_id": call.state.id, "steps": outcome.steps, "drift": call.drift}
+    return response
+
+
+def finish_response(call: ModelCall, outcome: CallOutcome, output: list[dict[str, Any]]) -> dict[str, Any]:
+    """The final response object; kept for ``previous_response_id`` when the request asked to store it."""
+    response = response_object(call, status="completed", output=output, outcome=outcome)
+    if call.spec.extra["body"].store and outcome.choices:
+        response_log(call.gw).keep(call.state.id, [*(call.spec.messages or []), outcome.choices[0].message],
+                                   response)
+    return response
+
+
+def encode_response(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
+    return finish_response(call, outcome, response_items(call, outcome.choices[0].message))
+
+

@@ -1,0 +1,93 @@
+"""Tools, tool choice and output formats, checked once in the gateway's canonical (OpenAI chat) form.
+
+- A tool's parameters must be a valid JSON Schema (checked with ``jsonschema`` against the schema's own
+  draft); a bad one is a 400 naming the tool, at every API.
+- ``tool_choice`` naming a function must name an offered one; "required" needs tools.
+- ``response_format`` (chat) / ``text.format`` (Responses): "text" is served; ``json_object`` and
+  ``json_schema`` need constrained decoding, which the backends do not offer yet, so they are a clear 400
+  (``unsupported_response_format``) instead of being ignored; any other type is a 400 too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import SchemaError
+from jsonschema.validators import validator_for
+
+from agentr1.gateway.errors import APIError
+
+__all__ = ["check_response_format", "check_tools", "function_tool"]
+
+
+def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
+    """A tool in the canonical chat form; only what reaches the prompt, so every API gives the same tools."""
+    function: dict[str, Any] = {"name": name}
+    if description:
+        function["description"] = description
+    function["parameters"] = parameters if parameters is not None else {"type": "object", "properties": {}}
+    return {"type": "function", "function": function}
+
+
+def check_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, *, param: str = "tools") -> None:
+    names = []
+    for i, tool in enumerate(tools or []):
+        function = tool.get("function") or {}
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise APIError(400, f"{param}[{i}] needs a name", code="invalid_request", param=f"{param}[{i}]")
+        schema = function.get("parameters", {})
+        if not isinstance(schema, dict):
+            raise APIError(400, f"{param}[{i}] ({name}): parameters must be a JSON Schema object",
+                           code="invalid_request", param=f"{param}[{i}]")
+        try:
+            validator_for(schema).check_schema(schema)
+        except SchemaError as exc:
+            raise APIError(400, f"{param}[{i}] ({name}): parameters are not a valid JSON Schema: {exc.message}",
+                           code="invalid_tool_schema", param=f"{param}[{i}]") from None
+        names.append(name)
+    if tool_choice == "required" and not names:
+        raise APIError(400, "tool_choice 'required' needs tools", code="invalid_request", param="tool_choice")
+    named = _named_choice(tool_choice)
+    if named is not None and named not in names:
+        raise APIError(400, f"tool_choice names {named!r}, which is not among the tools offered ({names})",
+                       code="invalid_request", param="tool_choice")
+    if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
+        raise APIError(400, f"tool_choice must be 'auto', 'none', 'required' or a named function, not "
+                            f"{tool_choice!r}", code="invalid_request", param="tool_choice")
+
+
+def _named_choice(tool_choice: Any) -> str | None:
+    if not isinstance(tool_choice, dict):
+        return None
+    function = tool_choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else tool_choice.get("name")
+    if not isinstance(name, str):
+        raise APIError(400, "a named tool_choice needs the function's name", code="invalid_request",
+                       param="tool_choice")
+    return name
+
+
+def check_response_format(fmt: Any, *, param: str = "response_format") -> None:
+    if fmt is None:
+        return
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return
+    if kind in ("json_object", "json_schema"):
+        if kind == "json_schema":
+            spec = fmt.get("json_schema", fmt)  # chat nests it; Responses' text.format holds it directly
+            schema = spec.get("schema") if isinstance(spec, dict) else None
+            if not isinstance(schema, dict):
+                raise APIError(400, f"{param}: json_schema needs a 'schema' object", code="invalid_request",
+                               param=param)
+            try:
+                validator_for(schema).check_schema(schema)
+            except SchemaError as exc:
+                raise APIError(400, f"{param}: not a valid JSON Schema: {exc.message}", code="invalid_request",
+                               param=param) from None
+        raise APIError(400, f"{param} {kind!r} needs constrained decoding, which this gateway does not offer yet; "
+                            "leave it out (or use 'text') and validate the output in the agent",
+                       code="unsupported_response_format", param=param)
+    raise APIError(400, f"{param}.type must be 'text', 'json_object' or 'json_schema', not {kind!r}",
+                   code="invalid_request", param=param)

@@ -1,0 +1,360 @@
+"""One model call, from HTTP request to stored step: the gateway's only call path.
+
+Every wire format (OpenAI chat and text completions, Responses, Anthropic Messages) decodes its body
+into a :class:`CallInput`; a :class:`ModelCall` does the rest and hands a :class:`CallOutcome` (or, when
+streamed, :class:`TextDelta` s and then the outcome) back to the format's encoder:
+
+    attribute (auth, model, session) -> prepare (context policy, render or bridge, limits)
+    -> generate (whole or streamed; token ids, or text for an external model) -> parse
+    -> record (step indices, steps, feedback; rolled back when the write fails) -> outcome
+
+The call owns its session's bookkeeping. It counts itself in ``SessionState.in_flight`` from attribution
+until :meth:`ModelCall.release` (a cached session with a call in flight, streamed or not, is not evicted),
+and holds ``SessionState.lock`` while it plans its prompt against the session and while it allocates step
+indices and writes its steps, so concurrent calls of one session get distinct indices, a call never plans
+against a step whose write is still undecided, and a failed write rolls the session back cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from agentr1.core.rendering import PromptPlan, RenderError
+from agentr1.gateway.auth import access_control_on, authorize_call, require_session_access
+from agentr1.gateway.backends.base import BackendUnavailable, GenerateRequest, GenerateResult, SamplingParams
+from agentr1.gateway.call_record import build_steps, persist, remember_choices
+from agentr1.gateway.calls import Gateway, client_retry_count
+from agentr1.gateway.errors import APIError
+from agentr1.gateway.planning import plan_for_session
+from agentr1.gateway.releaser import CHAT_MARKERS, TextReleaser
+from agentr1.gateway.sessions import PARENT_SESSION_HEADER, SessionState, explicit_session
+
+__all__ = ["CallInput", "CallOutcome", "Choice", "ModelCall", "TextDelta", "check_context"]
+
+Message = dict[str, Any]
+ID_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
+
+
+@dataclass
+class CallInput:
+    """A request in the gateway's canonical form, whatever format it arrived in."""
+
+    endpoint: str  # "chat", "completions", "responses", "messages": the wire format
+    model: str
+    sampling: SamplingParams
+    explicit_max_tokens: bool  # the client set a limit (too long for the context: 400, not clipped)
+    n: int = 1
+    messages: list[Message] | None = None  # OpenAI chat messages: a chat call
+    prompts: list[list[int]] | None = None  # token ids: a text completion (one step per prompt and sample)
+    tools: list[dict[str, Any]] | None = None  # OpenAI chat tools
+    tool_choice: Any = None
+    messages_sent: Any = None  # the request as the agent sent it, in its own format (default: ``messages``)
+    session_hint: str | None = None  # the session of the conversation it continues, if the call names none
+    extra: dict[str, Any] = field(default_factory=dict)  # format-specific state the encoder needs back
+
+
+@dataclass
+class Choice:
+    index: int
+    message: Message  # the assistant message (chat) or {"role": "assistant", "content": text} (completions)
+    finish_reason: str  # OpenAI's: stop, length, tool_calls
+    result: GenerateResult | None = None  # what was sampled (None for an external model)
+    prompt_index: int = 0
+    step: int = -1  # the stored step's index
+    rest: str = ""  # streamed: the text not sent as deltas yet
+
+
+@dataclass
+class TextDelta:
+    """Streamed text of one choice, with the tokens sampled since the previous delta of that choice."""
+
+    choice: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[Any] | None = None
+
+
+@dataclass
+class CallOutcome:
+    choices: list[Choice]
+    steps: list[int]
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    model: str
+
+
+@dataclass
+class _Job:
+    prompt_index: int
+    request: GenerateRequest
+
+
+class ModelCall:
+    """One call of an agent; see the module docstring. Build it with :meth:`attribute`."""
+
+    def __init__(self, gw: Gateway, state: SessionState, spec: CallInput, *, retry_count: int | None = None) -> None:
+        self.gw, self.state, self.spec, self.retry_count = gw, state, spec, retry_count
+        self.request_id = f"{ID_PREFIXES.get(spec.endpoint, 'chatcmpl-')}{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.started = time.monotonic()
+        self.external = not gw.backend.trainable
+        self.messages_seen: list[Message] | None = spec.messages
+        self.tools = None if spec.tool_choice == "none" else spec.tools
+        self.plan: PromptPlan | None = None
+        self.parent_index: int | None = None
+        self.prompts: list[list[int]] = []
+        self.jobs: list[_Job] = []
+        self.retry_of: list[int] | None = None  # the steps this call retries (set when recorded)
+        self._released = False
+        state.in_flight += 1
+
+    @classmethod
+    async def attribute(cls, request: Request, spec: CallInput) -> ModelCall:
+        """Check access and the model, find the call's session, and open the call in it."""
+        gw: Gateway = request.app.state.gateway
+        path_session = request.path_params.get("session_id")
+        await authorize_call(request, path_session)
+        hint = spec.session_hint
+        if hint is not None and explicit_session(request, path_session) is None and access_control_on(request):
+            await require_session_access(request, hint)  # continuing a response of a session needs its key
+        gw.check_model(spec.model)
+        try:
+            state = await gw.sessions.resolve(request, path_session, spec.messages, hint=hint)
+        except APIError as exc:
+            # A session named in the URL is created on first use, unless access control is on (then: 401 above).
+            if exc.code != "session_not_found" or not path_session or access_control_on(request):
+                raise
+            await gw.sessions.create_named(path_session, parent=request.headers.get(PARENT_SESSION_HEADER))
+            state = await gw.sessions.resolve(request, path_session, spec.messages, hint=hint)
+        return cls(gw, state, spec, retry_count=client_retry_count(request.headers))
+
+    def release(self) -> None:
+        """The call is over (answered, failed or abandoned): its session may be evicted again."""
+        if not self._released:
+            self._released = True
+            self.state.in_flight -= 1
+
+    @property
+    def drift(self) -> bool:
+        return bool(self.plan and self.plan.drift)
+
+    @property
+    def is_chat(self) -> bool:
+        return self.spec.messages is not None
+
+    # -- prepare -------------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Apply the session's context policy and render the prompt: continue an earlier step of the session
+        token for token when the request extends it, or render afresh; check the context length."""
+        if self.external:
+            return
+        if not self.is_chat:
+            self.prompts = list(self.spec.prompts or [])
+            for ids in self.prompts:
+                check_context(self.gw, len(ids), self.spec.sampling, explicit=self.spec.explicit_max_tokens)
+        else:
+            messages = list(self.spec.messages or [])
+            policy = await self.gw.context_policy(self.state)
+            self.messages_seen = messages if policy is None else await policy.apply(messages, self.tools)
+            async with self.state.lock:
+                try:
+                    self.plan, self.parent_index = plan_for_session(self.gw.renderer, self.state, self.messages_seen,
+                                                                    self.tools, self.spec.tool_choice)
+                except RenderError as exc:
+                    raise APIError(400, f"cannot render the request: {exc}", code="invalid_request",
+                                   param="messages") from exc
+            self.prompts = [list(self.plan.prompt_ids)]
+            check_context(self.gw, len(self.plan.prompt_ids), self.spec.sampling,
+                          explicit=self.spec.explicit_max_tokens)
+            if self.plan.drift:
+                self.gw.metrics.drift += 1
+        for p, ids in enumerate(self.prompts):
+            for i in range(self.spec.n):
+                sampling = SamplingParams(**asdict(self.spec.sampling))
+                if sampling.seed is not None:
+                    sampling.seed += i
+                choice = len(self.jobs)
+                self.jobs.append(_Job(p, GenerateRequest(prompt_ids=list(ids), sampling=sampling,
+                                                         request_id=f"{self.request_id}-{choice}",
+                                                         session_id=self.state.id)))
+
+    # -- generate, whole or streamed ----------------------------------------------------------
+
+    async def run(self) -> CallOutcome:
+        """Generate every choice, parse and record them."""
+        if self.external:
+            return await self._run_external()
+        results = await asyncio.gather(*(self.gw.backend.generate(job.request) for job in self.jobs))
+        return await self._record([self._choice(i, r) for i, r in enumerate(results)])
+
+    async def events(self) -> AsyncIterator[TextDelta | CallOutcome]:
+        """Stream the call: text deltas as they are safe to send, then the recorded outcome (whose choices
+        carry in ``rest`` the text not sent yet). Errors are raised; the encoder reports them in-band."""
+        if self.external:  # the provider is asked without streaming: the whole answer at once
+            outcome = await self._run_external()
+            for choice in outcome.choices:
+                choice.rest = choice.message.get("content") or ""
+            yield outcome
+            return
+        queue: asyncio.Queue[tuple[int, Any] | BaseException] = asyncio.Queue()
+
+        async def pump(choice: int, request: GenerateRequest) -> None:
+            try:
+                async for delta in self.gw.backend.stream(request):
+                    await queue.put((choice, delta))
+            except BaseException as exc:
+                await queue.put(exc)
+
+        tasks = [asyncio.create_task(pump(i, job.request)) for i, job in enumerate(self.jobs)]
+        ids: list[list[int]] = [[] for _ in self.jobs]
+        pending: list[list[tuple[int, float, Any]]] = [[] for _ in self.jobs]  # sampled, not yet in a delta
+        releasers = [self._releaser() for _ in self.jobs]
+        results: list[GenerateResult | None] = [None] * len(self.jobs)
+        try:
+            while any(r is None for r in results):
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                choice, delta = item
+                if delta.result is not None:
+                    results[choice] = delta.result
+                    ids[choice] = list(delta.result.output_ids)
+                    continue
+                ids[choice].extend(delta.token_ids)
+                tops = getattr(delta, "top_logprobs", None) or [None] * len(delta.token_ids)
+                pending[choice].extend(zip(delta.token_ids, delta.logprobs, tops, strict=False))
+                text = releasers[choice].release(self._decode_partial(ids[choice]))
+                if text:
+                    sent, pending[choice] = pending[choice], []
+                    yield TextDelta(choice, text, [t for t, _, _ in sent], [lp for _, lp, _ in sent],
+                                    [top for _, _, top in sent])
+            choices = [self._choice(i, r) for i, r in enumerate(results) if r is not None]
+            for choice, releaser in zip(choices, releasers, strict=True):
+                choice.rest = releaser.finish(choice.message.get("content"))
+            yield await self._record(choices)  # stored before the stream says it is done
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    def _releaser(self) -> TextReleaser:
+        if not self.is_chat:
+            return TextReleaser(self.spec.sampling.stop)
+        return TextReleaser((*CHAT_MARKERS, *self.spec.sampling.stop), blocked=bool(self.plan and self.plan.prefill))
+
+    def _decode_partial(self, ids: list[int]) -> str:
+        return self.gw.renderer.tokenizer.decode(ids, skip_special_tokens=not self.is_chat)
+
+    async def _run_external(self) -> CallOutcome:
+        """An external model (LiteLLM): text in, text out; recorded, not trainable."""
+        if not self.is_chat:
+            raise APIError(400, f"the {self.gw.backend.name} backend answers chat calls only (no token ids for "
+                                "text completions)", code="invalid_request", param="prompt")
+        results = await self.gw.backend.generate_chat(  # type: ignore[attr-defined]
+            self.spec.messages, sampling=self.spec.sampling, tools=self.tools, tool_choice=self.spec.tool_choice,
+            n=self.spec.n)
+        choices = [Choice(i, r.message, r.finish_reason) for i, r in enumerate(results)]
+        return await self._record(choices, external=results)
+
+    # -- parse ----------------------------------------------------------------------------------
+
+    def _choice(self, index: int, result: GenerateResult) -> Choice:
+        if result.finish_reason == "abort":
+            raise BackendUnavailable("generation was aborted (weights are being updated?); retry", retry_after=1.0)
+        if not self.is_chat:
+            text = self.gw.renderer.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+            if isinstance(result.matched_stop, str) and result.matched_stop in text:
+                text = text[: text.rfind(result.matched_stop)]
+            return Choice(index, {"role": "assistant", "content": text},
+                          "length" if result.finish_reason == "length" else "stop", result,
+                          prompt_index=self.jobs[index].prompt_index)
+        message = self._assistant_message(index, result)
+        reason = "length" if result.finish_reason == "length" else ("tool_calls" if message.get("tool_calls")
+                                                                      else "stop")
+        return Choice(index, message, reason, result)
+
+    def _assistant_message(self, index: int, result: GenerateResult) -> Message:
+        renderer, prefill = self.gw.renderer, self.plan.prefill if self.plan else ""
+        parsed = renderer.parse(result.output_ids, prefill=prefill, id_seed=f"{self.request_id}-{index}")
+        content = parsed.content
+        if parsed.tool_calls and not self.tools:  # no tools offered: tool-call markup is plain text, as at OpenAI
+            close = renderer.close_turn(result.output_ids)
+            content = renderer.tokenizer.decode(result.output_ids[: close.kept], skip_special_tokens=True)
+            parsed.tool_calls = []
+        if isinstance(result.matched_stop, str) and content and result.matched_stop in content:
+            content = content[: content.rfind(result.matched_stop)]  # OpenAI leaves the stop string out
+        message: Message = {"role": "assistant", "content": content}
+        if parsed.tool_calls:
+            message["tool_calls"] = parsed.tool_calls
+        if parsed.reasoning:
+            message["reasoning_content"] = parsed.reasoning
+        return message
+
+    # -- record ---------------------------------------------------------------------------------
+
+    async def _record(self, choices: list[Choice], external: list[Any] | None = None) -> CallOutcome:
+        """Allocate the steps' indices, store one step per choice (and the feedback of the step this call
+        continued), and move the session on; if the write fails, put the session back as it was."""
+        state, gw = self.state, self.gw
+        latency_ms = (time.monotonic() - self.started) * 1000
+        async with state.lock:
+            before = (state.next_index, state.previous, state.previous_parent, state.previous_drift,
+                      state.last_call, state.recent)
+            indices = list(range(state.next_index, state.next_index + len(choices)))
+            state.next_index += len(choices)
+            for choice, index in zip(choices, indices, strict=True):
+                choice.step = index
+            steps, feedback = build_steps(self, choices, latency_ms, external)
+            if external is not None:
+                state.previous = []  # nothing to continue token for token
+            elif self.is_chat:
+                remember_choices(self, choices)
+                gw.sessions.note_conversation(state, self.spec.messages or [], choices[0].message)
+            outcome = self._outcome(choices, indices, external)
+            gw.metrics.observe_call(latency_ms, outcome.prompt_tokens, outcome.completion_tokens)
+            try:
+                await persist(gw, steps, feedback)
+            except APIError:
+                # Not stored, not answered: the session goes back to where it was, so the agent's retry of this
+                # call takes the same index and continues the last stored step (no gap, no false drift).
+                (state.next_index, state.previous, state.previous_parent, state.previous_drift,
+                 state.last_call, state.recent) = before
+                raise
+        return outcome
+
+    def _outcome(self, choices: list[Choice], indices: list[int], external: list[Any] | None) -> CallOutcome:
+        if external is not None:
+            prompt = external[0].prompt_tokens if external else 0
+            return CallOutcome(choices, indices, prompt, sum(r.completion_tokens for r in external), 0,
+                               external[0].model if external else self.gw.backend.model_name)
+        results = [c.result for c in choices if c.result is not None]
+        cached = max((int(getattr(r, "cached_tokens", 0) or 0) for r in results), default=0)
+        return CallOutcome(choices, indices, sum(len(p) for p in self.prompts),
+                           sum(len(r.output_ids) for r in results), cached, self.gw.backend.model_name)
+
+
+def check_context(gw: Gateway, prompt_len: int, sampling: SamplingParams, *, explicit: bool) -> None:
+    """A prompt that does not fit is a 400; a completion limit that does not fit is a 400 when the client set it,
+    else clipped to the room left."""
+    limit = gw.backend.max_context
+    if prompt_len >= limit:
+        raise APIError(400, f"This model's maximum context length is {limit} tokens. However, your messages "
+                            f"resulted in {prompt_len} tokens. Please reduce the length of the messages.",
+                       code="context_length_exceeded", param="messages")
+    room = limit - prompt_len
+    if sampling.max_new_tokens > room:
+        if explicit:
+            raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                                f"{prompt_len + sampling.max_new_tokens} tokens ({prompt_len} in the messages, "
+                                f"{sampling.max_new_tokens} in the completion).",
+                           code="context_length_exceeded", param="max_tokens")
+        sampling.max_new_tokens = room

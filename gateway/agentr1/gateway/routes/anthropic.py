@@ -1,0 +1,26 @@
+"""Anthropic Messages routes (``POST /messages``, ``POST /messages/count_tokens``), included in the OpenAI
+router, so they serve at /v1 and at /sessions/{session_id}/v1; errors in Anthropic's shape."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from agentr1.gateway.codecs.anthropic import count_tokens, encode_message, message_input
+from agentr1.gateway.codecs.common import respond
+from agentr1.gateway.codecs.streams import stream_message
+from agentr1.gateway.model_call import ModelCall
+from agentr1.gateway.schemas import CountTokensRequest, MessagesRequest
+
+router = APIRouter()
+
+
+@router.post("/messages")
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    call = await ModelCall.attribute(request, message_input(request.app.state.gateway, body))
+    return await respond(request, call, encode_message, stream_message if body.stream else None)
+
+
+@router.post("/messages/count_tokens")
+async def count_message_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
+    return count_tokens(request.app.state.gateway, body)
