@@ -94,8 +94,8 @@ class Gateway:
     label = "?"
     proc: subprocess.Popen | None = None
 
-    def __init__(self, port: int, backend_url: str, tmp: Path) -> None:
-        self.port, self.backend_url, self.tmp = port, backend_url, tmp
+    def __init__(self, port: int, backend_url: str, tmp: Path, venv: Path | None = None) -> None:
+        self.port, self.backend_url, self.tmp, self.venv = port, backend_url, tmp, venv  # venv: the peers'
         self.url = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
@@ -107,6 +107,12 @@ class Gateway:
     def stored(self, sessions: list[str]) -> int | None:
         """Calls stored for these session ids (as :meth:`open_session` saw them), or None if unknown."""
         return None
+
+    def peer_command(self, name: str) -> str:
+        """A command of the peers' venv."""
+        if self.venv is None:
+            raise ValueError(f"{self.name} runs from the peers' venv: pass venv=")
+        return str(self.venv / "bin" / name)
 
     @property
     def pid(self) -> int | None:
@@ -164,13 +170,9 @@ class AgentR1(Gateway):
 class RLLM(Gateway):
     name, label = "rllm", "rLLM model gateway 0.1.0 (SQLite store)"
 
-    def __init__(self, port: int, backend_url: str, tmp: Path, venv: Path) -> None:
-        super().__init__(port, backend_url, tmp)
-        self.venv = venv
-
     def start(self) -> None:
         self.db_path = self.tmp / "rllm.db"
-        cmd = [str(self.venv / "bin" / "rllm-model-gateway"), "--host", "127.0.0.1", "--port", str(self.port),
+        cmd = [self.peer_command("rllm-model-gateway"), "--host", "127.0.0.1", "--port", str(self.port),
                "--worker", f"{self.backend_url}/v1", "--store", "sqlite", "--db-path", str(self.db_path),
                "--log-level", "warning"]
         self.proc = start_process(cmd, cwd=self.tmp, log=self.tmp / "rllm.log")
@@ -202,12 +204,8 @@ class RLLM(Gateway):
 class AgentLightning(Gateway):
     name, label = "agl", "Agent Lightning 1.0.2 (in memory)"
 
-    def __init__(self, port: int, backend_url: str, tmp: Path, venv: Path) -> None:
-        super().__init__(port, backend_url, tmp)
-        self.venv = venv
-
     def start(self) -> None:
-        cmd = [str(self.venv / "bin" / "agl-server"), "host=127.0.0.1", f"port={self.port}",
+        cmd = [self.peer_command("agl-server"), "host=127.0.0.1", f"port={self.port}",
                "default_proxy.model_name=bench", f"hydra.run.dir={self.tmp / 'agl-hydra'}"]
         self.proc = start_process(cmd, cwd=self.tmp, log=self.tmp / "agl.log")
         wait_ready(f"{self.url}/healthz", self.proc)
