@@ -54,7 +54,7 @@ def check_reuse(model: Path, tmp_path: Path, max_tokens: int, **sampling: Any) -
         assert a.observation_ids == b.observation_ids
         assert a.action_ids == b.action_ids
         assert a.action_logprobs == b.action_logprobs  # bit-exact: reuse changes nothing sampled
-    for earlier, later in zip(reused.steps, reused.steps[1:]):  # each turn extends the previous one
+    for earlier, later in zip(reused.steps, reused.steps[1:], strict=False):  # each turn extends the previous one
         assert later.observation_ids[: len(earlier.observation_ids) + len(earlier.action_ids)] == (
             earlier.observation_ids + earlier.action_ids)
     final = reused.steps[-1]

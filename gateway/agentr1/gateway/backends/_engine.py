@@ -25,16 +25,16 @@ the next turn prefills them again (once).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from ._prefix import MIN_REUSE, PrefixIndex
+from ._rows import EngineStats, Row, Sink, end_token_ids, pad_token_id
 from ._sampling import Sampled, SamplingBatch, row_key, sample_batch, to_host
 from ._slot_cache import SlotCache, attention_kernels
-from .base import BackendError, FinishReason, GenerateResult, SamplingParams, TokenLogprob
+from .base import BackendError, GenerateResult, SamplingParams
 
 __all__ = ["CHUNK", "BatchEngine", "EngineStats", "Row", "Sink", "end_token_ids", "pad_token_id"]
 
@@ -42,62 +42,6 @@ log = logging.getLogger(__name__)
 
 CHUNK = 16  # prefill chunk grid; reused prefixes end on it (16 rows keep CPU matmuls row-invariant)
 CPU_LENGTH_STEP = 64
-
-
-class Sink(Protocol):
-    """Where a row's tokens go (the asyncio side); called from the worker thread."""
-
-    def delta(self, token_ids: list[int], logprobs: list[float]) -> None: ...
-
-    def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None: ...
-
-    def error(self, exc: BaseException) -> None: ...
-
-
-@dataclass(eq=False)
-class Row:
-    """One request in flight."""
-
-    prompt_ids: list[int]
-    sampling: SamplingParams
-    sink: Sink
-    request_id: str = ""
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top_logprobs: list[list[TokenLogprob]] | None = None
-    streamed: int = 0  # tokens already handed to the sink as deltas
-    cancelled: bool = False  # set from the asyncio side when the caller went away
-    finish_reason: FinishReason | None = None
-    matched_stop: str | int | None = None
-    slot: int = -1  # its slot of the KV cache while in flight
-    cached: int = 0  # prompt tokens served from a reused prefix
-    key: int = 0  # random key of its sampler
-
-    def __post_init__(self) -> None:
-        if self.sampling.top_logprobs > 0:
-            self.top_logprobs = []
-
-    @property
-    def stop_window(self) -> int:
-        """Tokens to decode to see every stop string that ends at the newest token."""
-        longest = max((len(s.encode()) for s in self.sampling.stop), default=0)
-        return longest + 2
-
-
-@dataclass
-class EngineStats:
-    """Counters of the worker; tests and /metrics read them."""
-
-    forward_passes: int = 0
-    prefill_passes: int = 0  # admissions of new rows (each may run several chunked forwards)
-    decode_steps: int = 0
-    max_batch_rows: int = 0
-    requests_finished: int = 0
-    requests_failed: int = 0
-    tokens_generated: int = 0
-    prefill_tokens: int = 0  # prompt tokens run through the model
-    cached_tokens: int = 0  # prompt tokens served from reused prefixes instead
-    graph_captures: int = 0
 
 
 def _round_up(n: int, step: int) -> int:
@@ -351,7 +295,7 @@ class BatchEngine:
             for segments in self._plan(pending, cursor):
                 finished = [(row, end) for row, _, end in segments if end == len(row.prompt_ids)]
                 logits = self._prefill_forward(segments)
-                for row, start, end in segments:
+                for row, _, end in segments:
                     cursor[id(row)] = end
                 if finished:
                     index = torch.tensor([i for i, (row, _, end) in enumerate(segments)
@@ -500,27 +444,3 @@ class BatchEngine:
             error = BackendError(f"local engine failed during generation: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
             row.sink.error(error)
-
-
-def end_token_ids(model: Any, tokenizer: Any) -> set[int]:
-    """The ids that end generation: the model's eos ids, the tokenizer's eos and ``<|im_end|>``."""
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(int(v) for v in value)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    return ids
-
-
-def pad_token_id(tokenizer: Any) -> int:
-    for value in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if value is not None:
-            return int(value)
-    return 0

@@ -178,7 +178,7 @@ def to_host(sampled: SampledBatch, batch: SamplingBatch) -> list[Sampled]:
     for row, wanted in zip(table, batch.top_logprobs, strict=True):
         top = None
         if wanted:
-            top = [TokenLogprob(int(t), float(v)) for t, v in zip(row[2 : 2 + wanted], row[2 + k : 2 + k + wanted])]
+            top = [TokenLogprob(int(t), float(v)) for t, v in zip(row[2 : 2 + wanted], row[2 + k : 2 + k + wanted], strict=True)]
         out.append(Sampled(int(row[0]), float(row[1]), top))
     return out
 

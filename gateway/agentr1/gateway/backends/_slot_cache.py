@@ -155,6 +155,6 @@ def use_grouped_decode_attention(model: Any) -> bool:
         AttentionInterface.register(ATTENTION_NAME, _grouped_decode_attention)
         AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
         model.set_attn_implementation(ATTENTION_NAME)
-    except Exception:  # noqa: BLE001 - an optional speed-up
+    except Exception:  # an optional speed-up
         return False
     return getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME
