@@ -12,14 +12,14 @@ the full chunks of a finished request's prompt are copied to an idle slot at the
 an entry of a :class:`~._prefix.PrefixIndex` (least recently used entries are evicted). A later
 prompt that starts with those ids (the next turn of an agent session, a resample, the other
 members of a group) copies them into its own slot and prefills from the first chunk it does not
-share, so
-``GenerateResult.cached_tokens`` of its prompt tokens come from the cache. In ``exact`` mode (the
-default on the CPU) every prefill forward is one chunk of :data:`CHUNK` queries per row over
-exactly the positions up to the chunk's end, grouped by chunk, so a chunk's keys and values are
-the same bits however the prompt reached it: with and without reuse the sampled ids and
-log-probabilities are identical. On a GPU (``exact=False``) longer segments are prefilled per
-forward and reuse is exact up to float rounding. Keys and values of decoded tokens are not reused:
-the next turn prefills them again (once).
+share; ``GenerateResult.cached_tokens`` says how many prompt tokens came from the cache.
+
+In ``exact`` mode (the default on the CPU) every prefill forward is one chunk of :data:`CHUNK`
+queries per row over exactly the positions up to the chunk's end, grouped by chunk, so a chunk's
+keys and values are the same bits however the prompt reached it: with and without reuse the
+sampled ids and log-probabilities are identical. On a GPU (``exact=False``) longer segments are
+prefilled per forward and reuse is exact up to float rounding. Keys and values of decoded tokens
+are not reused: the next turn prefills them again (once).
 """
 
 from __future__ import annotations
