@@ -1,6 +1,6 @@
 """An HTTP server that answers at once in vLLM's dialects: the backend of the peer benchmark.
 
-    .venv/bin/python bench/instant_vllm.py --port 8200 [--model-dir DIR] [--served-name bench]
+    .venv/bin/python bench/instant_vllm.py --port 8200 [--model-dir DIR] [--served-name bench] [--keep-alive-s 120]
 
 It speaks what a vLLM (>= 0.11) OpenAI-compatible server speaks to gateways that record tokens:
 
@@ -165,6 +165,9 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=None, help="a HF model directory with tokenizer.json "
                         "(default: agentr1's converted SmolLM2-135M-Instruct)")
     parser.add_argument("--served-name", default="bench")
+    parser.add_argument("--keep-alive-s", type=float, default=120.0,
+                        help="idle connection timeout (vLLM's own default is 5 s; long here so that a gateway's "
+                             "connections to the backend are never closed under it in a benchmark)")
     args = parser.parse_args()
     model_dir = args.model_dir
     if model_dir is None:
@@ -175,7 +178,7 @@ def main() -> None:
 
     app = InstantVLLM(model_dir / "tokenizer.json", served_name=args.served_name, root=str(model_dir))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                timeout_keep_alive=120)
+                timeout_keep_alive=args.keep_alive_s)
 
 
 if __name__ == "__main__":
