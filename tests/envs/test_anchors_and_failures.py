@@ -9,13 +9,13 @@ import asyncio
 
 import httpx
 import pytest
-from conftest import tool_call, tool_results_seen
 from examples.calculator.estimators.env import RETRY, CalculatorEnv
 
 from agentr1.envs import AgentEnvLoop, BaseTool, ToolEnv, ToolResult
 from agentr1.sdk import anchor_name, failure_kind_of_error, session
 from agentr1.trainer.batch import BatchConfig, build_rows, env_anchor
 from agentr1.trainer.rewards import assemble_rewards
+from conftest import tool_call, tool_results_seen
 
 
 def calculator_then_answers(prompt: str) -> str:

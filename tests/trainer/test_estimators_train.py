@@ -5,6 +5,7 @@ that makes the estimator what it is."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -27,16 +28,24 @@ ESTIMATORS = ["gae", "steppo", "gigpo", "rloo", "reinforce_plus_plus", "reinforc
 NAMING = {"run_name", "db"}  # each recipe writes its own store and output directory
 
 
+def short_tasks(split: str, n: int, seed: int) -> list[dict]:
+    """The recipes' tasks, with answers of at most 8 tokens (the tiny model's replies are noise)."""
+    from examples.calculator.calculator import make_easy_tasks
+
+    return [{**task, "sampling": {"max_tokens": 8}} for task in make_easy_tasks(split, n, seed)]
+
+
 def cpu_overrides(tmp_path: Path, model: Path, mode: str) -> list[str]:
-    """The recipe at test size: the tiny model on CPU, 2 tasks x 3 samples, 2 steps, 1 held-out task.
-    The random model never answers right, so a reward that varies between samples (the share of
-    even token ids in the final action) is added: advantages are then not all zero."""
+    """The recipe at test size: the tiny model on CPU, 2 tasks x 3 samples, 2 steps, 1 held-out task,
+    8-token answers. The random model never answers right, so a reward that varies between samples
+    (the share of even token ids in the final action) is added: advantages are then not all zero."""
     overrides = [
         f"actor_rollout_ref.model={model}", "trainer.device=cpu", "trainer.total_training_steps=2",
         "data.train_size=8", "data.val_size=1", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=3",
         "actor_rollout_ref.rollout.max_concurrency=6", "actor_rollout_ref.actor.ppo_mini_batch_size=0",
         "actor_rollout_ref.actor.optim.lr=1e-3", "critic.optim.lr=1e-3", "reward.functions=[e2e_agent:token_reward]",
-        f"db=sqlite:///{tmp_path / 'traces.db'}", f"trainer.default_local_dir={tmp_path / 'out'}",
+        "data.generator=test_estimators_train:short_tasks", f"db=sqlite:///{tmp_path / 'traces.db'}",
+        f"trainer.default_local_dir={tmp_path / 'out'}",
         f"trainer.mode={mode}",
     ]
     if mode == "async":
@@ -96,7 +105,7 @@ def test_estimator_trains_two_steps(estimator, mode, tmp_path, tiny_model_path):
     if estimator in ("gae", "steppo"):
         assert all(0 < h["critic/vf_loss"] < float("inf") for h in steps)
         losses = critic_losses_on_a_fixed_batch(tmp_path / "traces.db", tiny_model_path, estimator)
-        assert all(later < earlier for earlier, later in zip(losses, losses[1:])), losses
+        assert all(later < earlier for earlier, later in itertools.pairwise(losses)), losses
     else:
         assert not any(k.startswith("critic/") for h in steps for k in h)
     if estimator == "gigpo":

@@ -45,7 +45,7 @@ class SandboxServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 with outer.lock:
                     outer.requests += 1

@@ -5,8 +5,6 @@ the same input is judged once; the budget holds."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from agentr1.gateway.app import create_app

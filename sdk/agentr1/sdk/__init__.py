@@ -18,7 +18,6 @@ from agentr1.sdk.errors import (
     SessionAlreadyFinished,
     UnknownStep,
 )
-from agentr1.sdk.propagation import install as install_propagation
 from agentr1.sdk.failures import (
     FAILURE_KINDS,
     INFRASTRUCTURE_KINDS,
@@ -27,6 +26,7 @@ from agentr1.sdk.failures import (
     failure_kind_of_error,
     is_infrastructure_error,
 )
+from agentr1.sdk.propagation import install as install_propagation
 from agentr1.sdk.rollout import (
     api_key,
     areward,
@@ -65,8 +65,8 @@ __all__ = [
     "failure_kind",
     "failure_kind_of_error",
     "gateway_url",
-    "is_infrastructure_error",
     "install_propagation",
+    "is_infrastructure_error",
     "openai_client",
     "reward",
     "rollout",
