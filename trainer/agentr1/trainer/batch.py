@@ -45,8 +45,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agentr1.store import SessionRecord, StepRecord, image_refs, superseded_steps
 from agentr1.sdk import ANCHOR_PREFIX
+from agentr1.store import SessionRecord, StepRecord, image_refs, superseded_steps
 from agentr1.trainer.config import DEFAULT_LAYOUT, Layout
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
 from agentr1.trainer.rows import Segment, TrainRow
