@@ -189,3 +189,28 @@ def test_a_temperature_the_job_did_not_set_is_a_clear_error(tmp_path, tiny_model
     with pytest.raises(SamplingMismatch, match=r"sampled with temperature=1\.0, but actor_rollout_ref\.rollout\."
                                                r"temperature is 0\.7"):
         rollout_once(config, SandboxServer(), monkeypatch)
+
+
+@pytest.mark.timeout(600)
+def test_async_training_never_takes_the_group_of_a_crashed_tool_call(tmp_path, tiny_model_path, monkeypatch):
+    config = job(tmp_path, tiny_model_path, incomplete_groups="drop")
+    config.trainer.mode, config.actor_rollout_ref.rollout.max_staleness = "async", 1
+    server = SandboxServer(crash_on=frozenset({5}))  # requests 1-2: the held-out evaluation before training
+    monkeypatch.setenv(URL_VAR, server.url)
+    trainer = Trainer(config, quiet=True)
+    trainer.setup()
+    try:
+        trainer.train()
+        run_id = trainer.state.run_id
+    finally:
+        trainer.close()
+        server.stop()
+    with TraceStore.open(tmp_path / "traces.db") as store:
+        sessions = store.list_sessions(run_id, limit=100)
+    crashed = [s for s in sessions if s.status == "failed" and failure_kind_of_error(s.error) == "environment"]
+    assert len(crashed) == 1
+    [update] = [json.loads(line) for line in (tmp_path / "out" / "async_groups.jsonl").read_text().splitlines()]
+    trained = {sid for group in update["trained"] for sid in group["sessions"]}
+    assert len(update["trained"]) == 2 and len(trained) == 6
+    assert crashed[0].group_id not in {group["group_id"] for group in update["trained"]}
+    assert all(s.status == "finished" for s in sessions if s.id in trained)
