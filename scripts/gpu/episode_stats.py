@@ -9,7 +9,7 @@ Usage: python scripts/gpu/episode_stats.py DB RUN_ID [OUT.json] [--step last|N]
 
 Prints (and writes to OUT.json) a JSON object: sessions, success (outcome reward > 0), steps per episode
 (model calls), tool calls per episode and per successful episode, the share of episodes with a tool call, the share of steps the environment
-penalised (reward < 0: an inadmissible ALFWorld command), and the failed sessions.
+penalised (reward < 0: an inadmissible ALFWorld command), and the sessions not finished (failed, running).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def episode_stats(db: str, run_id: str, step: str | None = None) -> dict[str, An
             "episodes_with_tool_calls": sum(c > 0 for c in calls.values()) / n,
             "tool_calls_per_success": sum(calls[s.id] for s in won) / max(1, len(won)),
             "penalised_step_share": sum((st.reward or 0.0) < 0 for st in all_steps) / max(1, len(all_steps)),
-            "failed_sessions": sum(s.status != "finished" for s in sessions)}
+            "unfinished_sessions": sum(s.status != "finished" for s in sessions)}
 
 
 def main(argv: list[str]) -> None:
