@@ -68,6 +68,11 @@ class Serving:
         return self.gateway.backend
 
     @property
+    def launcher(self) -> Any:
+        """The SGLang servers the gateway launched (``rollout.launch``), else None."""
+        return self.gateway.launcher
+
+    @property
     def remote(self) -> bool:
         return not hasattr(self.backend, "update_weights_from_tensors")
 
@@ -77,9 +82,8 @@ class Serving:
 
     async def sync(self, engine: Any) -> int:
         """The engine's current policy to the servers; returns the policy version they report now."""
-        launcher = self.gateway.launcher
-        if launcher is not None and launcher.error is not None:
-            raise RuntimeError(f"the SGLang servers this job launched are gone: {launcher.error}")
+        if self.launcher is not None and self.launcher.error is not None:
+            raise RuntimeError(f"the SGLang servers this job launched are gone: {self.launcher.error}")
         if not self.remote:
             return int(await engine.sync_to(self.backend))
         return int(await engine.sync_to(_OnGatewayLoop(self.gateway)))
