@@ -22,9 +22,11 @@ from agentr1.sdk.failures import (
     FAILURE_KINDS,
     INFRASTRUCTURE_KINDS,
     EnvironmentFailure,
+    failure_error_text,
     failure_kind,
     failure_kind_of_error,
     is_infrastructure_error,
+    tagged_error,
 )
 from agentr1.sdk.propagation import install as install_propagation
 from agentr1.sdk.rollout import (
@@ -62,6 +64,7 @@ __all__ = [
     "base_url",
     "configure",
     "current_session",
+    "failure_error_text",
     "failure_kind",
     "failure_kind_of_error",
     "gateway_url",
@@ -72,4 +75,5 @@ __all__ = [
     "rollout",
     "run_command",
     "session",
+    "tagged_error",
 ]

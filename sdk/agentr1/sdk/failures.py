@@ -31,6 +31,7 @@ __all__ = [
     "failure_kind",
     "failure_kind_of_error",
     "is_infrastructure_error",
+    "tagged_error",
 ]
 
 FAILURE_KINDS = ("timeout", "backend", "environment", "cancelled", "agent")
@@ -92,7 +93,14 @@ def is_infrastructure_error(exc: BaseException) -> bool:
 def failure_error_text(exc: BaseException, limit: int = 20_000) -> str:
     """What the SDK stores as a failed session's ``error``: the kind line, then the traceback's end."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return f"{_PREFIX}{failure_kind(exc)}\n{text[-limit:]}"
+    return tagged_error(failure_kind(exc), text[-limit:])
+
+
+def tagged_error(kind: str, text: str) -> str:
+    """``text`` as a failed session's ``error`` that names its failure ``kind``."""
+    if kind not in FAILURE_KINDS:
+        raise ValueError(f"failure kind must be one of {FAILURE_KINDS}, got {kind!r}")
+    return f"{_PREFIX}{kind}\n{text}"
 
 
 def failure_kind_of_error(error: str | None) -> str | None:

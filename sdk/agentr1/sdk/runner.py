@@ -4,7 +4,8 @@ The command gets ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` set to its session (
 client library reads them), ``AGENTR1_SESSION_ID``, and the task as JSON in ``AGENTR1_TASK`` and
 on stdin. A line ``AGENTR1_REWARD=<number>`` on its stdout sets the outcome reward, or pass a
 ``reward_fn(task, result)``. Exit status 0 finishes the session; anything else, or the timeout,
-marks it failed with the reason and the end of stderr.
+marks it failed with the reason and the end of stderr (failure kind ``timeout`` or ``agent``,
+``agentr1.sdk.failures``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentr1.sdk.client import as_session, create_call, finish_call, request
+from agentr1.sdk.failures import tagged_error
 
 _REWARD_LINE = re.compile(r"^AGENTR1_REWARD=\s*(-?[0-9.eE+-]+)\s*$", re.MULTILINE)
 
@@ -75,7 +77,7 @@ def run_command(
         status, error = "finished", None
     else:
         reason = f"timed out after {timeout_s:.0f} s" if timed_out else f"exit status {proc.returncode}"
-        status, error = "failed", f"{reason}\n{stderr[-4000:]}"
+        status, error = "failed", tagged_error("timeout" if timed_out else "agent", f"{reason}\n{stderr[-4000:]}")
     method, path, sess, body = finish_call(session, status, result.reward, error)
     request(method, path, sess, json=body)
     return result
