@@ -25,11 +25,12 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
                 external: list[Any] | None) -> tuple[list[StepRecord], FeedbackRecord | None]:
     """One step per choice, with the indices already set on the choices."""
     gw, state, spec = call.gw, call.state, call.spec
-    sent = spec.messages_sent if spec.messages_sent is not None else spec.messages
+    sent: list[Any] = list(spec.messages_sent if spec.messages_sent is not None else spec.messages or [])
+    seen: list[Any] = list(call.messages_seen or [])
     if external is not None:
         return [StepRecord(
             session_id=state.id, index=c.step, observation_ids=[], action_ids=[], action_logprobs=None,
-            messages_sent=sent, messages_seen=spec.messages, tools=call.tools,
+            messages_sent=sent, messages_seen=list(spec.messages or []), tools=call.tools,
             sampling=_sampling(call, {"temperature": spec.sampling.temperature,
                                       "max_new_tokens": spec.sampling.max_new_tokens}),
             action={"content": r.message.get("content"), "tool_calls": r.message.get("tool_calls"),
@@ -61,7 +62,7 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
         steps.append(StepRecord(
             session_id=state.id, index=c.step, parent_index=call.parent_index,
             observation_ids=list(plan.prompt_ids), action_ids=c.result.output_ids,
-            action_logprobs=c.result.logprobs, messages_sent=sent, messages_seen=call.messages_seen,
+            action_logprobs=c.result.logprobs, messages_sent=sent, messages_seen=seen,
             tools=call.tools, sampling=_sampling(call, asdict(spec.sampling)), finish_reason=c.finish_reason,
             policy_version=c.result.policy_version, backend=gw.backend.name, model=gw.backend.model_name,
             trainable=gw.backend.trainable, drift=plan.drift, retry_of=call_retry_of, latency_ms=latency_ms,

@@ -32,6 +32,7 @@ from agentr1.gateway.backends.base import BackendUnavailable, GenerateRequest, G
 from agentr1.gateway.call_record import build_steps, persist, remember_choices
 from agentr1.gateway.calls import Gateway, client_retry_count
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.images import prompt_images
 from agentr1.gateway.planning import plan_for_session
 from agentr1.gateway.releaser import CHAT_MARKERS, TextReleaser
 from agentr1.gateway.sessions import PARENT_SESSION_HEADER, SessionState, explicit_session
@@ -113,6 +114,7 @@ class ModelCall:
         self.parent_index: int | None = None
         self.prompts: list[list[int]] = []
         self.jobs: list[_Job] = []
+        self.multimodal: Any = None  # the prompt's images for the backend (a vision-language model)
         self.retry_of: list[int] | None = None  # the steps this call retries (set when recorded)
         self._released = False
         state.in_flight += 1
@@ -174,6 +176,7 @@ class ModelCall:
                     raise APIError(400, f"cannot render the request: {exc}", code="invalid_request",
                                    param="messages") from exc
             self.prompts = [list(self.plan.prompt_ids)]
+            self.multimodal = prompt_images(self.gw.renderer, self.gw.backend, self.messages_seen)
             check_context(self.gw, len(self.plan.prompt_ids), self.spec.sampling,
                           explicit=self.spec.explicit_max_tokens)
             if self.plan.drift:
@@ -186,7 +189,7 @@ class ModelCall:
                 choice = len(self.jobs)
                 self.jobs.append(_Job(p, GenerateRequest(prompt_ids=list(ids), sampling=sampling,
                                                          request_id=f"{self.request_id}-{choice}",
-                                                         session_id=self.state.id)))
+                                                         session_id=self.state.id, multimodal=self.multimodal)))
 
     # -- generate, whole or streamed ----------------------------------------------------------
 
@@ -225,22 +228,22 @@ class ModelCall:
                 item = await queue.get()
                 if isinstance(item, BaseException):
                     raise item
-                choice, delta = item
+                k, delta = item
                 if delta.result is not None:
-                    results[choice] = delta.result
-                    ids[choice] = list(delta.result.output_ids)
+                    results[k] = delta.result
+                    ids[k] = list(delta.result.output_ids)
                     continue
-                ids[choice].extend(delta.token_ids)
+                ids[k].extend(delta.token_ids)
                 tops = getattr(delta, "top_logprobs", None) or [None] * len(delta.token_ids)
-                pending[choice].extend(zip(delta.token_ids, delta.logprobs, tops, strict=False))
-                text = releasers[choice].release(self._decode_partial(ids[choice]))
+                pending[k].extend(zip(delta.token_ids, delta.logprobs, tops, strict=False))
+                text = releasers[k].release(self._decode_partial(ids[k]))
                 if text:
-                    sent, pending[choice] = pending[choice], []
-                    yield TextDelta(choice, text, [t for t, _, _ in sent], [lp for _, lp, _ in sent],
+                    sent, pending[k] = pending[k], []
+                    yield TextDelta(k, text, [t for t, _, _ in sent], [lp for _, lp, _ in sent],
                                     [top for _, _, top in sent])
             choices = [self._choice(i, r) for i, r in enumerate(results) if r is not None]
-            for choice, releaser in zip(choices, releasers, strict=True):
-                choice.rest = releaser.finish(choice.message.get("content"))
+            for parsed, releaser in zip(choices, releasers, strict=True):
+                parsed.rest = releaser.finish(parsed.message.get("content"))
             yield await self._record(choices)  # stored before the stream says it is done
         finally:
             for task in tasks:

@@ -29,7 +29,7 @@ def sse(payload: dict[str, Any] | str, event: str | None = None) -> bytes:
 
 
 def sampling_params(settings: GatewaySettings, *, max_tokens: int | None, temperature: float | None = None,
-                    top_p: float | None = None, top_k: int | None = None, stop: list[str] | None = None,
+                    top_p: float | None = None, top_k: int | None = None, stop: str | list[str] | None = None,
                     stop_token_ids: list[int] | None = None, seed: int | None = None,
                     top_logprobs: int = 0) -> SamplingParams:
     return SamplingParams(
@@ -37,7 +37,7 @@ def sampling_params(settings: GatewaySettings, *, max_tokens: int | None, temper
         temperature=1.0 if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
         top_k=max(0, top_k or 0),
-        stop=list(stop or []),
+        stop=[stop] if isinstance(stop, str) else list(stop or []),
         stop_token_ids=list(stop_token_ids or []),
         seed=seed,
         top_logprobs=top_logprobs,

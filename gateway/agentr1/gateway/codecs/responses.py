@@ -53,7 +53,7 @@ class ResponseLog:
 def response_log(gw: Gateway) -> ResponseLog:
     if gw.responses is None:
         gw.responses = ResponseLog()
-    return gw.responses  # type: ignore[no-any-return]
+    return gw.responses
 
 
 def _text_of(content: Any, where: str) -> str:

@@ -56,7 +56,7 @@ async def stream_response(call: ModelCall, events: Events) -> AsyncIterator[byte
                     **message_item, "status": "completed",
                     "content": [{"type": "output_text", "text": "", "annotations": [], "logprobs": []}]}
             for item in ([streamed] if streamed else []) + [it for it in final if it is not streamed]:
-                index = output.index(message_item) if item is streamed else len(output)
+                index = output.index(message_item) if item is streamed and message_item else len(output)
                 if item is not streamed:
                     opened = {**item, "status": "in_progress"}
                     if item["type"] == "message":

@@ -21,7 +21,8 @@ router = APIRouter()
 
 
 def _gateway(request: Request) -> Gateway:
-    return request.app.state.gateway  # type: ignore[no-any-return]
+    gateway: Gateway = request.app.state.gateway
+    return gateway
 
 
 def _model(gw: Gateway, name: str) -> dict[str, Any]:

@@ -19,7 +19,8 @@ router = APIRouter(prefix="/sessions", tags=["sessions"])
 
 
 def _gw(request: Request) -> Gateway:
-    return request.app.state.gateway  # type: ignore[no-any-return]
+    gateway: Gateway = request.app.state.gateway
+    return gateway
 
 
 @router.post("", status_code=201)
