@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
+from ._images import image_token_id, prompt_embeds, reusable_length, segment_inputs
 from ._prefix import MIN_REUSE, PrefixIndex
 from ._rows import EngineStats, Row, Sink, end_token_ids, pad_token_id
 from ._sampling import Sampled, SamplingBatch, row_key, sample_batch, to_host
@@ -67,6 +68,7 @@ class BatchEngine:
         prefill_budget: int | None = None,
     ) -> None:
         self.model = model
+        self.image_id = image_token_id(model)  # a vision-language model's image placeholder (None: text only)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         gpu = self.device.type == "cuda"
@@ -120,7 +122,11 @@ class BatchEngine:
             for row in rows:
                 row.key = row_key(row.sampling)
                 self._claim_slot(row)
+                if row.multimodal is not None:  # images: the prompt is fed as embeddings with their features
+                    row.embeds = prompt_embeds(self.model, row.prompt_ids, row.multimodal, self.image_id)
             self._run_prefill(rows)
+            for row in rows:
+                row.embeds = None
         except Exception as exc:  # the running batch is untouched: only the newcomers fail
             log.exception("local engine: prefill of %d request(s) failed", len(rows))
             for row in rows:
@@ -243,7 +249,8 @@ class BatchEngine:
         best, reuse = None, 0
         if self.prefix_cache:
             best, shared = self.prefixes.longest(row.prompt_ids)
-            reuse = (min(shared, len(row.prompt_ids) - 1) // CHUNK) * CHUNK
+            reuse = (min(shared, len(row.prompt_ids) - 1, reusable_length(row.prompt_ids, self.image_id))
+                     // CHUNK) * CHUNK
             if best is None or reuse < MIN_REUSE:
                 best, reuse = None, 0
         free = self._free_slots()
@@ -266,7 +273,8 @@ class BatchEngine:
             return
         self.slot_rows[slot] = None
         row.slot = -1
-        tokens = row.prompt_ids[: (len(row.prompt_ids) // CHUNK) * CHUNK]
+        row.embeds = None
+        tokens = row.prompt_ids[: (reusable_length(row.prompt_ids, self.image_id) // CHUNK) * CHUNK]
         if not (keep and self.prefix_cache and len(tokens) >= MIN_REUSE):
             return
         best, shared = self.prefixes.longest(tokens)
@@ -341,8 +349,8 @@ class BatchEngine:
         slots = torch.tensor([[row.slot] for row, _, _ in segments], dtype=torch.long, device=self.device)
         mask = (self._cols[:kv_len][None, None, :] <= pos[:, :, None])[:, None]  # pad queries see column 0
         self.cache.begin(slots, cols, kv_len, slots[:, 0])
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=1)
+        out = self.model(**segment_inputs(self.model, ids, segments, width), position_ids=pos, attention_mask=mask,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self._count_forward(count)
         return out.logits[:, -1, :]
 

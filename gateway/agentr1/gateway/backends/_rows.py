@@ -38,6 +38,8 @@ class Row:
     slot: int = -1  # its slot of the KV cache while in flight
     cached: int = 0  # prompt tokens served from a reused prefix
     key: int = 0  # random key of its sampler
+    multimodal: Any = None  # the prompt's images (GenerateRequest.multimodal), embedded at admission
+    embeds: Any = None  # while prefilling a prompt with images: its input embeddings (see _images.py)
 
     def __post_init__(self) -> None:
         if self.sampling.top_logprobs > 0:

@@ -141,8 +141,12 @@ class LocalBackend:
         config = AutoConfig.from_pretrained(self.model_path)
         self.config = config
         self.model_name = model_name or self.model_path.name
-        self.max_context = int(max_context or config.max_position_embeddings)
-        self.vocab_size = int(config.vocab_size)
+        text = config.get_text_config()  # the config itself for a causal LM; a VLM's text model
+        self.max_context = int(max_context or text.max_position_embeddings)
+        self.vocab_size = int(text.vocab_size)
+        # a vision-language model: requests may carry images (GenerateRequest.multimodal, see _images.py)
+        self.image_token_id = getattr(config, "image_token_id", None) if hasattr(config, "vision_config") else None
+        self.accepts_images = self.image_token_id is not None
         self.device = _pick_device(device)
         self.dtype = _pick_dtype(dtype, self.device)
         self.max_batch_size = max_batch_size
@@ -183,11 +187,12 @@ class LocalBackend:
             if self._thread is not None:
                 return
             from tokenizers import Tokenizer
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
             started = time.monotonic()
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation="sdpa")
+            auto = AutoModelForImageTextToText if self.accepts_images else AutoModelForCausalLM
+            model = auto.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation="sdpa")
             self.model = model.to(self.device).eval()
             use_grouped_decode_attention(self.model)
             # the worker's own copy (decode only): callers may use self.tokenizer meanwhile
@@ -284,11 +289,16 @@ class LocalBackend:
             raise ValueError("top_k must be >= 0 (0 = disabled)")
         if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
             raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]")
+        if request.multimodal is not None and not self.accepts_images:
+            raise ValueError(f"{self.model_name} is a text model: it takes no images")
+        if request.multimodal is None and self.image_token_id is not None and self.image_token_id in ids:
+            raise ValueError("the prompt holds image tokens but the request carries no images")
 
     def _submit(self, request: GenerateRequest, *, streaming: bool) -> tuple[Row, _Sink]:
         self.validate(request)
         sink = _Sink(asyncio.get_running_loop(), streaming)
-        row = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id)
+        row = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
+                  multimodal=request.multimodal)
         with self._cv:
             if self._thread is None or self._stopping:
                 raise BackendUnavailable("the local backend is not running", retry_after=5.0)
