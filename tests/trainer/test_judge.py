@@ -156,3 +156,40 @@ def test_a_real_judge_model_scores_sessions_and_steps(tmp_path, smollm2_path, mo
     assert stored.value == record.metadata["score"] and stored.step_index == (None if mode == "outcome" else 0)
     assert rewards[sid].total == pytest.approx(record.metadata["score"])
     store.close()
+
+
+@pytest.mark.timeout(900)
+def test_in_the_training_loop_unscorable_sessions_are_counted_and_never_trained(tmp_path, tiny_model_path,
+                                                                                judge_gateway):
+    """`reward.judge` in a real training step: the tiny judge never writes a SCORE line, so every
+    session is a judge failure, every group is dropped, and the policy is not updated on zeros."""
+    import json
+
+    from agentr1.trainer.loop import Trainer
+
+    url, _ = judge_gateway
+    config = JobConfig.model_validate({
+        "run_name": "judged", "db": f"sqlite:///{tmp_path / 'traces.db'}",
+        "agent": {"entrypoint": "e2e_agent:solve", "timeout_s": 120},
+        "data": {"generator": "e2e_agent:make_tasks", "train_size": 4, "val_size": 1, "train_batch_size": 2},
+        "reward": {"judge": {"base_url": f"{url}/v1", "max_tokens": 6}},
+        "actor_rollout_ref": {"model": str(tiny_model_path), "rollout": {"n": 3, "max_concurrency": 6}},
+        "trainer": {"total_training_steps": 1, "default_local_dir": str(tmp_path / "out"), "device": "cpu"},
+    })
+    trainer = Trainer(config, quiet=True)
+    trainer.setup()
+    try:
+        trainer.train()
+        run_id = trainer.state.run_id
+    finally:
+        trainer.close()
+    step = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert step["step"] == 1 and step["failures/judge"] == 6 and step["groups/dropped"] == 2
+    # 6 training sessions and the held-out one evaluated before training (judge counters run until an update)
+    assert step["judge/calls"] + step["judge/cache_hits"] == 7 and step["batch/rows"] == 0
+    assert "actor/optimizer_steps" not in step  # nothing to train on: no update on made-up zeros
+    with TraceStore.open(tmp_path / "traces.db") as store:
+        judged = {s.metadata["judge_of"] for s in store.list_sessions(f"{run_id}-judge", limit=100)}
+        trained = {s.id for s in store.list_sessions(run_id, limit=100)}
+        assert trained <= judged and not [r for sid in trained for r in store.get_session(sid).rewards
+                                          if r.source == "judge"]
