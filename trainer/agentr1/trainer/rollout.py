@@ -2,7 +2,8 @@
 
 Every run is one session tagged with the run, the task group (the n samples of one task in one
 training step) and the policy version the gateway serves. A run that raises or times out leaves
-a failed session: it is counted, and excluded from the update.
+a failed session whose error names the failure kind (``agentr1.sdk.failures``): it is counted, and
+excluded from the update; its group is then dropped or resampled (``agentr1.trainer.groups``).
 """
 
 from __future__ import annotations
