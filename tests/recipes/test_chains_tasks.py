@@ -124,6 +124,7 @@ def test_the_expert_solves_every_chain_in_the_environment():
     assert json.loads(turn["tool_calls"][0]["function"]["arguments"])["expression"].count(" ") == 2
 
 
+@pytest.mark.slow  # SmolLM2's converted tokenizer and template, a real gateway
 def test_demonstrations_replay_through_the_gateway_as_finished_sessions(tmp_path):
     from agentr1.store import TraceStore
     from agentr1.trainer.sft.replay import replay_demonstrations
