@@ -105,6 +105,9 @@ def test_responses_three_turns_with_a_function_call_extend_token_for_token(gatew
     assert [m["role"] for m in steps[2].messages_seen] == ["system", "user", "assistant", "tool", "assistant", "user"]
     assert steps[0].sampling["endpoint"] == "responses"
     assert client.responses.retrieve(third.id).id == third.id
+    # as at OpenAI, instructions are not carried over from the previous response
+    client.responses.create(model="policy", previous_response_id=third.id, input="bye", tools=[RESPONSES_TOOL])
+    assert store.get_session(s["id"]).steps[3].messages_seen[0] == {"role": "user", "content": "what is 12*7?"}
 
 
 def test_responses_stream_sends_the_event_sequence_and_stores_the_same_step(gateway):

@@ -164,13 +164,10 @@ def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
         history = list(history)
     items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     new = items_to_messages(items)
-    if body.instructions and not body.previous_response_id:
-        new.insert(0, {"role": "system", "content": body.instructions})
-    elif body.instructions and (not history or history[0].get("role") not in ("system", "developer")):
-        history.insert(0, {"role": "system", "content": body.instructions})
-    elif body.instructions:  # instructions replace the previous response's, as at OpenAI
-        history[0] = {"role": "system", "content": body.instructions}
-    messages = history + new
+    # The kept conversation has no instructions: as at OpenAI, a response's instructions are not carried over
+    # to the next one; each request gives its own (an agent that repeats them keeps an exact continuation).
+    head = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    messages = head + history + new
     if not any(m["role"] != "system" for m in messages):
         raise APIError(400, "input has no message for the model to answer", code="invalid_request", param="input")
     sampling = sampling_params(gw.settings, max_tokens=body.max_output_tokens, temperature=body.temperature,
@@ -232,8 +229,8 @@ def finish_response(call: ModelCall, outcome: CallOutcome, output: list[dict[str
     """The final response object; kept for ``previous_response_id`` when the request asked to store it."""
     response = response_object(call, status="completed", output=output, outcome=outcome)
     if call.spec.extra["body"].store and outcome.choices:
-        response_log(call.gw).keep(call.state.id, [*(call.spec.messages or []), outcome.choices[0].message],
-                                   response)
+        conversation = list(call.spec.messages or [])[1 if call.spec.extra["body"].instructions else 0:]
+        response_log(call.gw).keep(call.state.id, [*conversation, outcome.choices[0].message], response)
     return response
 
 
