@@ -196,20 +196,20 @@ class BatchEngine:
     # -- slots ----------------------------------------------------------------------------
 
     def _reserve(self, rows: list[Row]) -> None:
-        """Grow the cache (and re-pack it) when the newcomers need more slots or positions."""
+        """Grow the cache (and re-pack it) when the newcomers need more slots or positions: as many
+        slots as twice the running rows (room for as many cached prefixes), within ``cache_bytes``."""
         everyone = self.rows + rows
         need = min(max(len(r.prompt_ids) + r.sampling.max_new_tokens for r in everyone), self.max_context)
         capacity = self.cache.capacity
-        if _round_up(need, LENGTH_STEP) + 1 > capacity:  # grow by half at least, up to the model's context
+        longer = _round_up(need, LENGTH_STEP) + 1 > capacity
+        if longer:  # grow by half at least, up to the model's context
             grown = min(_round_up(capacity * 3 // 2, LENGTH_STEP), _round_up(self.max_context, LENGTH_STEP)) + 1
             capacity = max(_round_up(need, LENGTH_STEP) + 1, grown if capacity else 0)
-        elif len(everyone) <= self.cache.slots:
-            return  # enough slots: free ones or idle prefixes to evict
-        budget = self.cache_bytes // (capacity * self.cache.bytes_per_token)
-        slots = max(len(everyone), min(self.max_slots, max(8, budget)))
-        if capacity == self.cache.capacity:
-            slots = max(slots, self.cache.slots)
-        self._repack(slots, capacity)
+        budget = max(8, self.cache_bytes // (capacity * self.cache.bytes_per_token))
+        slots = max(len(everyone), min(self.max_slots, _round_up(2 * len(everyone), 8), budget))
+        if not longer and slots <= self.cache.slots:
+            return
+        self._repack(slots if longer else max(slots, self.cache.slots), capacity)
 
     def _repack(self, slots: int, capacity: int) -> None:
         """Reallocate the cache: running rows at the bottom (slots 0..), idle prefixes at the top."""
