@@ -159,3 +159,39 @@ def test_a_backend_without_images_refuses_them(tmp_path, tiny_vlm_path) -> None:
             client.chat.completions.create(model="m", max_tokens=2, messages=[user("hi", png((0, 0, 0), (8, 8)))])
         text = client.chat.completions.create(model="m", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
         assert text.choices[0].message.content == "ok"
+
+
+def test_anthropic_image_blocks(tmp_path, tiny_vlm_path) -> None:
+    """A real Anthropic client: base64 image blocks, two turns extending token for token; a bad image is a 400 in
+    Anthropic's error shape."""
+    import anthropic
+
+    renderer = load_vision_renderer(tiny_vlm_path)
+    red, blue = png((220, 30, 30), (40, 24)), png((30, 30, 220), (64, 20))
+
+    def block(data: bytes) -> dict:
+        return {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                            "data": base64.b64encode(data).decode()}}
+
+    with serve(tmp_path / "a.db", model=str(tiny_vlm_path), accept_any_model=True, device="cpu") as (url, store):
+        session = httpx.post(f"{url}/sessions", json={}).json()
+        client = anthropic.Anthropic(base_url=f"{url}/sessions/{session['id']}", api_key=session["api_key"] or "x",
+                                     max_retries=0)
+        messages = [{"role": "user", "content": [block(red), {"type": "text", "text": "Colour?"}]}]
+        first = client.messages.create(model="m", max_tokens=6, messages=messages)
+        messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                     {"role": "user", "content": [{"type": "text", "text": "And this?"}, block(blue)]}]
+        client.messages.create(model="m", max_tokens=6, messages=messages)
+        s0, s1 = store.get_session(session["id"]).steps
+        canonical = [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_url(red)}}, {"type": "text", "text": "Colour?"}]}]
+        assert s0.observation_ids == renderer.render(canonical)  # the same ids as the OpenAI shape
+        assert s1.observation_ids[: len(s0.observation_ids) + len(s0.action_ids)] == s0.observation_ids + s0.action_ids
+        assert not s1.drift
+        assert s1.messages_sent[-1]["content"][1]["source"]["data"].startswith(IMAGE_REF_PREFIX)
+        trace = httpx.get(f"{url}/sessions/{session['id']}", headers={"x-api-key": session["api_key"] or ""}).json()
+        assert trace["steps"][1]["messages_sent"][-1]["content"][1] == block(blue)
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(model="m", max_tokens=2, messages=[{"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "bm90IGFuIGltYWdl"}}]}])
+        assert caught.value.body["type"] == "error" and "decoded" in caught.value.body["error"]["message"]

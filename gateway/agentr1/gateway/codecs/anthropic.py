@@ -42,11 +42,15 @@ def _user_turn(content: Any, where: str) -> list[Message]:
         return [{"role": "user", "content": content}]
     out: list[Message] = []
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []  # text and image blocks in order, when the turn has images
     for k, block in enumerate(content):
         at = f"{where}.content[{k}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":  # kept as the block: the renderer reads it (a model without images refuses it)
+            parts.append(block)
         elif kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
             result = block.get("content", "")
             text = _text_blocks(result, f"{at}.content") if result else ""
@@ -54,9 +58,11 @@ def _user_turn(content: Any, where: str) -> list[Message]:
                 text = f"Error: {text}"
             out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
         else:
-            raise APIError(400, f"{at}: a user turn holds text and tool_result blocks (got {kind!r})",
+            raise APIError(400, f"{at}: a user turn holds text, image and tool_result blocks (got {kind!r})",
                            code="invalid_request", param=at)
-    if texts:
+    if len(parts) > len(texts):
+        out.append({"role": "user", "content": parts})
+    elif texts:
         out.append({"role": "user", "content": "".join(texts)})
     if not out:
         raise APIError(400, f"{where}.content must not be empty", code="invalid_request", param=f"{where}.content")
