@@ -195,3 +195,25 @@ def test_anthropic_image_blocks(tmp_path, tiny_vlm_path) -> None:
             client.messages.create(model="m", max_tokens=2, messages=[{"role": "user", "content": [
                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "bm90IGFuIGltYWdl"}}]}])
         assert caught.value.body["type"] == "error" and "decoded" in caught.value.body["error"]["message"]
+
+
+def test_responses_input_image(tmp_path, tiny_vlm_path) -> None:
+    """The real OpenAI client on the Responses API: ``input_image`` parts, two turns token for token through
+    ``previous_response_id``; a disallowed image is a 400."""
+    renderer = load_vision_renderer(tiny_vlm_path)
+    red, blue = png((220, 30, 30), (40, 24)), png((30, 30, 220), (64, 20))
+    with serve(tmp_path / "r.db", model=str(tiny_vlm_path), accept_any_model=True, device="cpu") as (url, store):
+        session = httpx.post(f"{url}/sessions", json={}).json()
+        client = openai.OpenAI(base_url=session["base_url"], api_key=session["api_key"] or "x", max_retries=0)
+        first = client.responses.create(model="m", max_output_tokens=6, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Colour?"}, {"type": "input_image", "image_url": data_url(red)}]}])
+        client.responses.create(model="m", max_output_tokens=6, previous_response_id=first.id, input=[
+            {"role": "user", "content": [{"type": "input_image", "image_url": data_url(blue)},
+                                         {"type": "input_text", "text": "And this?"}]}])
+        s0, s1 = store.get_session(session["id"]).steps
+        assert s0.observation_ids == renderer.render([user("Colour?", red)])  # the same ids as chat's shape
+        assert s1.observation_ids[: len(s0.observation_ids) + len(s0.action_ids)] == s0.observation_ids + s0.action_ids
+        assert not s1.drift
+        with pytest.raises(openai.BadRequestError, match="remote image URLs"):
+            client.responses.create(model="m", max_output_tokens=2, input=[{"role": "user", "content": [
+                {"type": "input_image", "image_url": "https://example.com/a.png"}]}])

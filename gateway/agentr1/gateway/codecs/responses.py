@@ -73,6 +73,17 @@ def _text_of(content: Any, where: str) -> str:
     return "".join(texts)
 
 
+def _user_content(content: Any, where: str) -> Any:
+    """A user message's content: its text, or its parts in order when it has ``input_image`` parts (kept as
+    they are: the renderer reads them, a model without images refuses them)."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_image"
+                                                for p in content):
+        return _text_of(content, where)
+    return [p if isinstance(p, dict) and p.get("type") == "input_image"
+            else {"type": "text", "text": _text_of([p], f"{where}.content[{k}]")}
+            for k, p in enumerate(content)]
+
+
 def items_to_messages(items: list[Any]) -> list[Message]:
     """Responses input items -> canonical chat messages; an assistant turn's items become one message."""
     messages: list[Message] = []
@@ -97,13 +108,13 @@ def items_to_messages(items: list[Any]) -> list[Message]:
                                code="invalid_request")
             if "content" not in item:
                 raise APIError(400, f"{where} needs content", code="invalid_request", param=f"{where}.content")
-            text = _text_of(item["content"], where)
             if role == "assistant":
                 message = assistant()
-                message["content"] = (message["content"] or "") + text
+                message["content"] = (message["content"] or "") + _text_of(item["content"], where)
             else:
                 turn = None
-                messages.append({"role": role, "content": text})
+                messages.append({"role": role, "content": _user_content(item["content"], where)
+                                 if role == "user" else _text_of(item["content"], where)})
         elif kind == "function_call":
             if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
                 raise APIError(400, f"{where}: a function_call needs name and call_id", code="invalid_request",
