@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ._http import Retry, Server, ServerPool, error_message, route_key, transport_error
+from ._http import FastPoster, Retry, Server, ServerPool, error_message, route_key, transport_error
 from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class RemoteBase:
         self.drain_timeout_s, self.health_timeout_s = drain_timeout_s, health_timeout_s
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client: httpx.AsyncClient | None = None
+        self._poster: FastPoster | None = None
         self._version = 0
         self._paused = False
         self._updating = 0
@@ -94,12 +95,17 @@ class RemoteBase:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=min(5.0, self.timeout)),
                                              headers=self._headers)
+        if self._poster is None:
+            self._poster = FastPoster(timeout=self.timeout, headers=self._headers)
         await self._discover()
 
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+        poster, self._poster = self._poster, None
+        if poster is not None:
+            await poster.close()
 
     async def ready(self) -> bool:
         """Started, not paused or updating, and some server up (down ones are probed again here)."""
@@ -299,9 +305,12 @@ class RemoteBase:
             raise BackendUnavailable(f"no {self.name} server is up to load the weights", retry_after=5.0)
         return targets
 
-    async def _post(self, server: Server, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+    async def _post(self, server: Server, path: str, body: Any = None, *,
+                    timeout: float | None = None, params: dict[str, Any] | None = None) -> httpx.Response:
+        if self._client is None or self._poster is None:
+            raise BackendUnavailable(f"the {self.name} backend is not started", retry_after=5.0)
         try:
-            return await self.client.post(server.url + path, json=body, **kw)
+            return await self._poster.post(server.url + path, body, timeout=timeout, params=params)
         except httpx.HTTPError as exc:
             raise transport_error(exc, server, self.timeout) from exc
 
