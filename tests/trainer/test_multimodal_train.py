@@ -90,3 +90,40 @@ def test_agentr1_train_one_step_on_image_rows(tmp_path: Path, tiny_vlm_path: Pat
     after = load_file(str(saved))
     vision = [k for k in before if "vision_model" in k]
     assert vision and any(not torch.equal(before[k], after[k]) for k in vision), "the vision encoder did not train"
+
+
+@pytest.mark.timeout(900)
+def test_online_rollouts_with_images_train_and_serve_the_update(tmp_path: Path, tiny_vlm_path: Path) -> None:
+    """`agentr1 train` with an agent that sends images: rollouts through the embedded gateway on the local engine
+    (pixels in generation), one update, weights synced to the engine; step 2's rollouts are served by it."""
+    out = tmp_path / "out"
+    config = {
+        "run_name": "vlm-online", "db": f"sqlite:///{tmp_path / 'traces.db'}",
+        "agent": {"entrypoint": "multimodal_agent:solve", "timeout_s": 300},
+        "data": {"generator": "multimodal_agent:make_tasks", "train_size": 4, "val_size": 1, "train_batch_size": 2},
+        "reward": {"functions": ["e2e_agent:token_reward"]},
+        "algorithm": {"adv_estimator": "grpo", "layout": "merged"},
+        "actor_rollout_ref": {"model": str(tiny_vlm_path), "rollout": {"n": 2, "max_concurrency": 4},
+                              "actor": {"optim": {"lr": 1e-2}}},
+        "trainer": {"total_training_steps": 2, "default_local_dir": str(out), "device": "cpu"},
+    }
+    (tmp_path / "job.yaml").write_text(json.dumps(config))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([AGENTR1, "train", str(tmp_path / "job.yaml"), "--quiet"], capture_output=True, text=True,
+                          env=env, timeout=850, cwd=Path(__file__).parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    history = [h for h in history if h["step"] > 0]  # step 0: the evaluation before training
+    assert [h["step"] for h in history] == [1, 2]
+    assert all(h["actor/optimizer_steps"] >= 1 and h["rollout/sessions"] == 4 for h in history)
+    # the engine sampled with the pixels: the trainer's recomputation agrees with the recorded log-probs
+    assert all(h["rollout_corr/log_ppl_abs_diff"] < 1e-3 for h in history), [
+        {k: v for k, v in h.items() if "ppl" in k} for h in history]
+    with TraceStore.open(tmp_path / "traces.db") as store:
+        sessions = [s for r in store.list_runs() if not r.id.endswith("-eval")
+                    for s in store.list_sessions(r.id, limit=100)]
+        versions = {store.get_session(s.id).steps[0].policy_version for s in sessions if s.metadata.get("step") == 2}
+        assert versions == {1}  # step 2's rollouts were served by the updated policy
+        step = next(st for s in sessions for st in store.get_session(s.id).steps)
+        assert step.messages_seen[0]["content"][1]["image_url"]["url"].startswith("agentr1-image:")
