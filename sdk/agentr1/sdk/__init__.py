@@ -12,7 +12,10 @@ from agentr1.sdk.client import configure, gateway_url
 from agentr1.sdk.context import ActiveSession, current_session
 from agentr1.sdk.errors import (
     AgentR1Error,
+    GatewayConnectionError,
+    GatewayConnectionLost,
     GatewayError,
+    GatewayTimeout,
     GatewayUnreachable,
     NoActiveSession,
     SessionAlreadyFinished,
@@ -48,7 +51,10 @@ __all__ = [
     "ActiveSession",
     "AgentR1Error",
     "EnvironmentFailure",
+    "GatewayConnectionError",
+    "GatewayConnectionLost",
     "GatewayError",
+    "GatewayTimeout",
     "GatewayUnreachable",
     "NoActiveSession",
     "RunResult",

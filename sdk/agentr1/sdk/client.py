@@ -1,15 +1,40 @@
 """HTTP calls to the gateway's session API (sync and async), with the gateway's errors mapped
-to SDK exceptions."""
+to SDK exceptions.
+
+One short-lived client per call, all sharing one TLS context (:func:`shared_ssl_context`).
+Building an httpx client builds a TLS context, which loads the CA bundle: 10-130 ms of blocking CPU.
+With a client per call, as before, 128 concurrent sessions blocked their event loop for seconds
+at a time, and calls timed out in the client although the gateway had answered (seen on the H200:
+``GatewayUnreachable ... ()``, an empty ``ConnectTimeout``). With the shared context a client costs
+about 1 ms. One long-lived client for all sessions is worse: httpcore scans every connection of
+its pool for every request, and 256 concurrent sessions spent 90 s of CPU in that scan
+(``tests/sdk/test_client_load.py``). A pool of one request never waits for a connection, so
+there is no pool limit and no pool timeout to hit.
+
+A transport failure says what it was: :class:`GatewayUnreachable` when no connection could be
+made (refused, unknown host), :class:`GatewayTimeout` when the gateway did not answer in time
+(connect, write, read or pool timeout), :class:`GatewayConnectionLost` when the connection broke;
+each names the httpx exception, the call and the timeout.
+"""
 
 from __future__ import annotations
 
 import os
+import ssl
+import threading
 from typing import Any
 
 import httpx
 
 from agentr1.sdk.context import ActiveSession
-from agentr1.sdk.errors import GatewayError, GatewayUnreachable, SessionAlreadyFinished, UnknownStep
+from agentr1.sdk.errors import (
+    GatewayConnectionLost,
+    GatewayError,
+    GatewayTimeout,
+    GatewayUnreachable,
+    SessionAlreadyFinished,
+    UnknownStep,
+)
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8000"
 _config: dict[str, Any] = {}
@@ -52,9 +77,25 @@ def _raise_for(response: httpx.Response) -> dict[str, Any]:
     raise kind(response.status_code, message, code)
 
 
-def _unreachable(url: str, exc: Exception) -> GatewayUnreachable:
-    return GatewayUnreachable(f"cannot reach the agentr1 gateway at {url} ({exc}); start it with "
-                              f"`agentr1 gateway` or set AGENTR1_GATEWAY_URL")
+def _describe(exc: BaseException) -> str:
+    """``ReadTimeout`` or ``ConnectError: [Errno 111] ...``: never an empty detail."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def transport_error(url: str, method: str, path: str, exc: httpx.TransportError) -> Exception:
+    """The SDK exception for a transport failure of ``method path`` on the gateway at ``url``."""
+    what = f"{method} {url}{path}"
+    if isinstance(exc, httpx.TimeoutException):
+        phase = {httpx.ConnectTimeout: "to connect", httpx.PoolTimeout: "for a pooled connection",
+                 httpx.WriteTimeout: "to send the request"}.get(type(exc), "for the answer")
+        return GatewayTimeout(f"{what}: gave up after {_timeout():g} s waiting {phase} ({_describe(exc)}); the "
+                              f"gateway or this process's event loop is overloaded; raise AGENTR1_TIMEOUT_S or "
+                              f"agentr1.sdk.configure(timeout_s=...)")
+    if isinstance(exc, httpx.ConnectError):
+        return GatewayUnreachable(f"cannot reach the agentr1 gateway at {url} ({_describe(exc)}); start it with "
+                                  f"`agentr1 gateway` or set AGENTR1_GATEWAY_URL")
+    return GatewayConnectionLost(f"{what}: the connection to the gateway broke ({_describe(exc)})")
 
 
 def _session_body(run_id: str | None, task_id: str | None, group_id: str | None,
@@ -76,13 +117,27 @@ def _auth(session: ActiveSession | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+_lock = threading.Lock()
+_ssl: ssl.SSLContext | None = None
+
+
+def shared_ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context for every client the SDK builds (building one loads the CA bundle)."""
+    global _ssl
+    with _lock:
+        if _ssl is None:
+            _ssl = httpx.create_ssl_context()
+        return _ssl
+
+
 def request(method: str, path: str, session: ActiveSession | None = None, json: Any = None) -> dict[str, Any]:
     """A blocking call to the gateway (sync agents, the subprocess runner)."""
     url = gateway_url() if session is None else session.gateway_url
     try:
-        response = httpx.request(method, url + path, headers=_auth(session), timeout=_timeout(), json=json)
+        with httpx.Client(timeout=_timeout(), verify=shared_ssl_context()) as client:
+            response = client.request(method, url + path, headers=_auth(session), json=json)
     except httpx.TransportError as exc:
-        raise _unreachable(url, exc) from exc
+        raise transport_error(url, method, path, exc) from exc
     return _raise_for(response)
 
 
@@ -90,10 +145,10 @@ async def arequest(method: str, path: str, session: ActiveSession | None = None,
     """The same call for async code: never blocks the event loop."""
     url = gateway_url() if session is None else session.gateway_url
     try:
-        async with httpx.AsyncClient(timeout=_timeout()) as client:
+        async with httpx.AsyncClient(timeout=_timeout(), verify=shared_ssl_context()) as client:
             response = await client.request(method, url + path, headers=_auth(session), json=json)
     except httpx.TransportError as exc:
-        raise _unreachable(url, exc) from exc
+        raise transport_error(url, method, path, exc) from exc
     return _raise_for(response)
 
 

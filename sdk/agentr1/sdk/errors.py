@@ -7,8 +7,21 @@ class AgentR1Error(Exception):
     """Base class of SDK errors."""
 
 
-class GatewayUnreachable(AgentR1Error):
-    """No gateway answers at the configured URL."""
+class GatewayConnectionError(AgentR1Error):
+    """A call to the gateway failed in transport (no HTTP answer): one of the three below."""
+
+
+class GatewayUnreachable(GatewayConnectionError):
+    """No connection to the gateway could be made (refused, unknown host): is it running at that URL?"""
+
+
+class GatewayTimeout(GatewayConnectionError, TimeoutError):
+    """The gateway did not answer in time (connect, send, read or pool timeout): it, or the caller's
+    event loop, is overloaded. An infrastructure failure of kind ``timeout``, not a policy failure."""
+
+
+class GatewayConnectionLost(GatewayConnectionError, ConnectionError):
+    """The connection to the gateway broke mid-call (reset, closed without an answer)."""
 
 
 class GatewayError(AgentR1Error):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import traceback
 
-from agentr1.sdk.errors import GatewayError, GatewayUnreachable
+from agentr1.sdk.errors import GatewayConnectionError, GatewayError, GatewayTimeout
 
 __all__ = [
     "FAILURE_KINDS",
@@ -51,7 +51,9 @@ def _kind_of_one(exc: BaseException) -> str | None:
         return "cancelled"
     if isinstance(exc, EnvironmentFailure):
         return "environment"
-    if isinstance(exc, GatewayUnreachable | GatewayError):
+    if isinstance(exc, GatewayTimeout):  # the gateway did not answer in time: a timeout, not "unreachable"
+        return "timeout"
+    if isinstance(exc, GatewayConnectionError | GatewayError):  # unreachable, connection lost, an error answer
         return "backend"
     module = type(exc).__module__.split(".")[0]
     names = {c.__name__ for c in type(exc).__mro__}
