@@ -36,6 +36,11 @@ def gateway(tmp_path, renderer):
 
     def reply(prompt_ids):  # a tool call when the last turn asks for arithmetic, else a short answer
         text = tok.decode(prompt_ids)
+        if text.endswith("<tool_call>\n"):  # tool_choice required: the prompt opened the call
+            return CALL_TEXT.split("\n", 1)[1] if "12*7" in text else "I would rather not."
+        if text.endswith('"arguments":'):  # a named tool_choice: the prompt holds the call up to its arguments
+            return ' {"expression": "12*7"}}\n</tool_call>'
+
         last = text.rsplit("<|im_start|>", 2)[-2]
         if last.startswith("user") and "12*7" in last:
             return CALL_TEXT
@@ -301,3 +306,25 @@ def test_a_forked_conversation_is_two_branches_with_the_right_parent(gateway):
         {"id": 2, "kind": "root", "parent_step": None, "steps": [4]},
     ]
     assert report["drift_steps"] == [] and report["superseded_steps"] == []
+
+
+def test_tool_choice_required_or_named_gives_a_call_or_a_clear_422(gateway):
+    url, store = gateway
+    s = _session(url)
+    client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"], max_retries=0)
+    tool = {"type": "function", "function": {"name": "calculator", "parameters": RESPONSES_TOOL["parameters"]}}
+    named = {"type": "function", "function": {"name": "calculator"}}
+    for choice in ("required", named):
+        r = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "what is 12*7?"}],
+                                           tools=[tool], tool_choice=choice)
+        assert r.choices[0].message.tool_calls[0].function.name == "calculator"
+    with pytest.raises(openai.UnprocessableEntityError) as err:  # the model wrote no call: not content instead
+        client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hello"}],
+                                       tools=[tool], tool_choice="required")
+    assert err.value.body["code"] == "tool_choice_not_satisfied"
+    steps = store.get_session(s["id"]).steps
+    assert len(steps) == 3 and steps[2].action["content"].endswith("I would rather not.")  # the sample is kept
+    with pytest.raises(openai.APIError, match="no valid call"):  # streamed: the error in-band, no content chunk
+        for chunk in client.chat.completions.create(model="policy", tools=[tool], tool_choice="required",
+                                                    stream=True, messages=[{"role": "user", "content": "hello again"}]):
+            assert not (chunk.choices and chunk.choices[0].delta.content)

@@ -198,7 +198,7 @@ class ModelCall:
         if self.external:
             return await self._run_external()
         results = await asyncio.gather(*(self.gw.backend.generate(job.request) for job in self.jobs))
-        return await self._record([self._choice(i, r) for i, r in enumerate(results)])
+        return self._enforce_tool_choice(await self._record([self._choice(i, r) for i, r in enumerate(results)]))
 
     async def events(self) -> AsyncIterator[TextDelta | CallOutcome]:
         """Stream the call: text deltas as they are safe to send, then the recorded outcome (whose choices
@@ -244,7 +244,7 @@ class ModelCall:
             choices = [self._choice(i, r) for i, r in enumerate(results) if r is not None]
             for parsed, releaser in zip(choices, releasers, strict=True):
                 parsed.rest = releaser.finish(parsed.message.get("content"))
-            yield await self._record(choices)  # stored before the stream says it is done
+            yield self._enforce_tool_choice(await self._record(choices))  # stored before the stream says it is done
         finally:
             for task in tasks:
                 task.cancel()
@@ -332,6 +332,26 @@ class ModelCall:
                 (state.next_index, state.previous, state.previous_parent, state.previous_drift,
                  state.last_call, state.recent) = before
                 raise
+        return outcome
+
+    def _enforce_tool_choice(self, outcome: CallOutcome) -> CallOutcome:
+        """``tool_choice`` "required" or a named function: every choice must call an offered (the named) function.
+        The prompt opens the call; a model that still writes no valid call gets the call answered with 422
+        ``tool_choice_not_satisfied`` (its steps stay stored: they are what the policy sampled), never with
+        plain content the request ruled out. Constrained decoding would make this impossible; it is not in the
+        backends yet."""
+        choice = self.spec.tool_choice
+        if not self.is_chat or self.external or not (choice == "required" or isinstance(choice, dict)):
+            return outcome
+        offered = {t["function"]["name"] for t in self.tools or []}
+        if isinstance(choice, dict):
+            offered = {str((choice.get("function") or {}).get("name", choice.get("name")))}
+        for c in outcome.choices:
+            names = [tc["function"]["name"] for tc in c.message.get("tool_calls") or []]
+            if not names or any(n not in offered for n in names):
+                raise APIError(422, f"tool_choice asked for a call to {sorted(offered)}, but the model wrote no valid "
+                                    f"call (step {c.step} records what it sampled); retry to sample again",
+                               code="tool_choice_not_satisfied", param="tool_choice")
         return outcome
 
     def _outcome(self, choices: list[Choice], indices: list[int], external: list[Any] | None) -> CallOutcome:
