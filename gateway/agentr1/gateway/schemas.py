@@ -7,12 +7,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def _reject_lone_surrogates(data: Any) -> Any:
     """JSON may carry escapes like "\\ud800" that decode to strings no tokenizer or serializer accepts: a 400 here,
-    not a 500 in the tokenizer or a stored session whose trace cannot be read back. Iterative: any depth."""
+    not a 500 in the tokenizer or a stored session whose trace cannot be read back. Iterative: any depth.
+    Fast path: orjson encodes the whole body in C and refuses surrogates; only when it refuses (or meets a
+    type it does not encode) are the strings walked one by one, for the exact verdict."""
+    try:
+        orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+        return data
+    except (orjson.JSONEncodeError, TypeError):
+        pass
     stack = [data]
     while stack:
         value = stack.pop()

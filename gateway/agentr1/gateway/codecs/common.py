@@ -4,9 +4,11 @@ events), sampling parameters from a body, and the SSE framing."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import orjson
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,15 +19,46 @@ from agentr1.gateway.model_call import CallOutcome, ModelCall, TextDelta
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.tracing import step_span
 
-__all__ = ["CallStream", "call_headers", "respond", "sampling_params", "sse"]
+__all__ = ["CallStream", "call_headers", "dump_json", "respond", "sampling_params", "sse"]
 
 Encoder = Callable[[ModelCall, CallOutcome], dict[str, Any]]
 StreamEncoder = Callable[[ModelCall, AsyncIterator[TextDelta | CallOutcome]], AsyncIterator[bytes]]
 
 
+def _no_nan(value: Any) -> None:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError("Out of range float values are not JSON compliant")
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+
+
+def dump_json(payload: Any) -> bytes:
+    """Compact JSON, non-ASCII kept, as ``json.dumps(separators=(",", ":"), ensure_ascii=False)`` writes it, in
+    C (orjson). orjson writes NaN/inf as null where json refuses them: such values fail here as in json."""
+    try:
+        data = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    if b"null" in data:  # a null may have been a NaN or an infinity: check (rare, cheap)
+        _no_nan(payload)
+    return data
+
+
+class FastJSONResponse(JSONResponse):
+    """starlette's JSONResponse rendered by :func:`dump_json` (same bytes, a fraction of the CPU)."""
+
+    def render(self, content: Any) -> bytes:
+        return dump_json(content)
+
+
 def sse(payload: dict[str, Any] | str, event: str | None = None) -> bytes:
-    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    return (f"event: {event}\ndata: {data}\n\n" if event else f"data: {data}\n\n").encode()
+    data = payload.encode() if isinstance(payload, str) else dump_json(payload)
+    return (f"event: {event}\ndata: ".encode() if event else b"data: ") + data + b"\n\n"
 
 
 def sampling_params(settings: GatewaySettings, *, max_tokens: int | None, temperature: float | None = None,
@@ -82,4 +115,4 @@ async def respond(request: Request, call: ModelCall, encode: Encoder, stream: St
         call.release()
         raise
     call.release()
-    return JSONResponse(encode(call, outcome), headers=call_headers(call, outcome.steps))
+    return FastJSONResponse(encode(call, outcome), headers=call_headers(call, outcome.steps))
