@@ -178,3 +178,71 @@ def test_a_connection_closed_without_an_answer_is_a_lost_connection(hanging_up_s
         asyncio.run(arequest("POST", "/sessions", json={}))
     assert "RemoteProtocolError" in str(caught.value) and "()" not in str(caught.value)
     assert failure_kind(caught.value) == "backend" and is_infrastructure_error(caught.value)
+
+
+class DropFirstFinish:
+    """A real TCP proxy in front of the gateway that closes the connection of the first ``/finish``
+    request without forwarding it (a connection lost on the way), and relays everything else."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = int(upstream.rsplit(":", 1)[1])
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.dropped = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn = self.server.accept()[0]
+            except OSError:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        first = conn.recv(65536)
+        if b"/finish" in first.split(b"\r\n", 1)[0] and not self.dropped:
+            self.dropped += 1
+            conn.close()
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        upstream.sendall(first)
+        threading.Thread(target=self._pipe, args=(conn, upstream), daemon=True).start()
+        self._pipe(upstream, conn)
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                s.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.server.close()
+
+
+def test_finishing_is_retried_once_when_the_connection_is_lost(gateway, sdk_at, monkeypatch):
+    url, store = gateway
+    monkeypatch.setenv("AGENTR1_TIMEOUT_S", "30")
+    proxy = DropFirstFinish(url)
+    sdk_at(proxy.url)
+
+    async def agent() -> str:
+        async with session(task_id="finish-retry") as active:
+            return active.id
+
+    try:
+        session_id = asyncio.run(agent())
+    finally:
+        proxy.close()
+    assert proxy.dropped == 1
+    assert store.get_session(session_id, steps=False).status == "finished"

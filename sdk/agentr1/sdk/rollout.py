@@ -20,7 +20,7 @@ from agentr1.sdk.client import (
     shared_ssl_context,
 )
 from agentr1.sdk.context import ActiveSession, current_session, reset_current, set_current
-from agentr1.sdk.errors import NoActiveSession
+from agentr1.sdk.errors import GatewayConnectionError, NoActiveSession, SessionAlreadyFinished
 from agentr1.sdk.failures import failure_error_text
 
 log = logging.getLogger("agentr1.sdk")
@@ -41,7 +41,8 @@ class session:
 
     Model calls to the gateway inside carry the session. On normal exit the session is finished
     (with ``reward`` as its outcome reward if set); on an exception it is marked failed with the
-    error and the exception propagates. Inside an active session, a nested ``session`` joins the
+    error and the exception propagates (finishing is tried twice when the gateway does not answer;
+    "already finished" on the second try means the first landed). Inside an active session, a nested ``session`` joins the
     outer one (sub-agents belong to the same trajectory) unless ``new=True``.
     """
 
@@ -68,7 +69,11 @@ class session:
             return
         try:
             method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
-            request(method, path, sess, json=body)
+            try:
+                request(method, path, sess, json=body)
+            except GatewayConnectionError:  # once more: a session left running records no outcome
+                with contextlib.suppress(SessionAlreadyFinished):
+                    request(method, path, sess, json=body)
         except Exception as err:
             self._finish_failed(err, exc)
         finally:
@@ -87,7 +92,11 @@ class session:
             return
         try:
             method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
-            await arequest(method, path, sess, json=body)
+            try:
+                await arequest(method, path, sess, json=body)
+            except GatewayConnectionError:  # once more: a session left running records no outcome
+                with contextlib.suppress(SessionAlreadyFinished):
+                    await arequest(method, path, sess, json=body)
         except Exception as err:
             self._finish_failed(err, exc)
         finally:
