@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import io
 from pathlib import Path
 
@@ -72,7 +73,9 @@ def test_generation_sees_the_pixels(tiny_vlm_path: Path, renderer: VisionRendere
         finally:
             await backend.close()
 
-    asyncio.run(main())
+    # in a thread of its own: a browser test earlier in the session may leave an event loop running in this one
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, main()).result()
 
 
 def test_a_text_model_refuses_images(tiny_model_path: Path, renderer: VisionRenderer) -> None:
