@@ -141,11 +141,12 @@ def test_a_gateway_that_does_not_answer_is_a_timeout_naming_the_exception(silent
     with pytest.raises(GatewayTimeout) as caught:
         asyncio.run(arequest("POST", "/sessions", json={}))
     text = str(caught.value)
-    assert "ReadTimeout" in text and "POST" in text and "/sessions" in text and "0.5 s" in text
+    cause = type(caught.value.__cause__).__name__  # ReadTimeout (ConnectTimeout if this loop lags 0.5 s)
+    assert cause in ("ReadTimeout", "ConnectTimeout") and cause in text and "POST" in text and "/sessions" in text and "0.5 s" in text
     assert "()" not in text and "unreachable" not in text.lower()
     assert isinstance(caught.value, TimeoutError) and not isinstance(caught.value, GatewayUnreachable)
     assert failure_kind(caught.value) == "timeout" and is_infrastructure_error(caught.value)
-    with pytest.raises(GatewayTimeout, match="ReadTimeout"):  # the blocking client says the same
+    with pytest.raises(GatewayTimeout, match="Timeout"):  # the blocking client says the same
         request("POST", "/sessions", json={})
 
 
@@ -176,7 +177,9 @@ def test_a_connection_closed_without_an_answer_is_a_lost_connection(hanging_up_s
     sdk_at(hanging_up_server)
     with pytest.raises(GatewayConnectionLost) as caught:
         asyncio.run(arequest("POST", "/sessions", json={}))
-    assert "RemoteProtocolError" in str(caught.value) and "()" not in str(caught.value)
+    cause = type(caught.value.__cause__).__name__  # RemoteProtocolError, or ReadError on a reset
+    assert cause in ("RemoteProtocolError", "ReadError") and cause in str(caught.value)
+    assert "()" not in str(caught.value)
     assert failure_kind(caught.value) == "backend" and is_infrastructure_error(caught.value)
 
 
