@@ -140,7 +140,11 @@ def _fresh(messages: Sequence[Message], tools: Sequence[Tool] | None, renderer: 
 
 def _first_difference(previous: Sequence[Message], messages: Sequence[Message]) -> int | None:
     for i, old in enumerate(previous):
-        if i >= len(messages) or canonical_message(old) != canonical_message(messages[i]):
+        if i >= len(messages):
+            return i
+        if old == messages[i]:  # the same dict (an agent resending its history): same canonical form, compared in C
+            continue
+        if canonical_message(old) != canonical_message(messages[i]):
             return i
     return None
 
