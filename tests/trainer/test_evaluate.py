@@ -8,19 +8,26 @@ from pathlib import Path
 
 import pytest
 
+from agentr1.sdk import GatewayTimeout
+from agentr1.sdk.failures import failure_error_text
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.evaluate import evaluate_checkpoint, outcome_metrics
 from agentr1.trainer.rewards import SessionRewards
 
 
-def test_outcome_metrics_count_unfinished_sessions_as_zero():
+def test_outcome_metrics_count_agent_failures_as_zero_and_leave_out_infrastructure_failures():
+    # c: the agent itself crashed (the policy's fault); d: the gateway timed out (not the policy's fault)
+    agent_crash = failure_error_text(ValueError("the agent could not parse its own output"))
+    gateway_timeout = failure_error_text(GatewayTimeout("the gateway did not answer /finish within 5 s"))
     sessions = [SessionRecord("a", status="finished"), SessionRecord("b", status="finished"),
-                SessionRecord("c", status="failed")]
+                SessionRecord("c", status="failed", error=agent_crash),
+                SessionRecord("d", status="failed", error=gateway_timeout)]
     rewards = {"a": SessionRewards("a", {}, 1.0), "b": SessionRewards("b", {}, -0.5),
-               "c": SessionRewards("c", {}, 5.0)}
-    assert outcome_metrics(sessions, rewards, success_key="s", reward_key="r") == {"s": 1 / 3, "r": 0.5 / 3}
-    assert outcome_metrics([], {}, success_key="s", reward_key="r") == {"s": 0.0, "r": 0.0}
+               "c": SessionRewards("c", {}, 5.0), "d": SessionRewards("d", {}, 0.0)}
+    assert outcome_metrics(sessions, rewards, success_key="s", reward_key="r") == \
+        {"s": 1 / 3, "r": 0.5 / 3, "s/infra_failed": 1.0}
+    assert outcome_metrics([], {}, success_key="s", reward_key="r") == {"s": 0.0, "r": 0.0, "s/infra_failed": 0.0}
 
 
 @pytest.mark.timeout(600)

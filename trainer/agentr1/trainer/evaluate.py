@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentr1.gateway import EmbeddedGateway, GatewaySettings
-from agentr1.sdk import configure
+from agentr1.sdk import INFRASTRUCTURE_KINDS, configure, failure_kind_of_error
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.rewards import RewardConfig, SessionRewards
@@ -53,11 +53,15 @@ class Scored:
 
 def outcome_metrics(sessions: Sequence[SessionRecord], rewards: dict[str, SessionRewards], *,
                     success_key: str, reward_key: str) -> dict[str, float]:
-    """Success (the share of sessions with a positive outcome) and the mean outcome; a session that
-    did not finish counts as outcome 0; no sessions: both 0."""
-    outcomes = [rewards[s.id].outcome if s.status == "finished" else 0.0 for s in sessions]
+    """Success (the share of sessions with a positive outcome) and the mean outcome, over the sessions
+    the policy is answerable for: one that failed for an infrastructure reason (the SDK's failure kinds
+    timeout, backend, environment, cancelled) is left out and counted under ``<success_key>/infra_failed``;
+    any other session that did not finish counts as outcome 0. No sessions: both 0."""
+    judged = [s for s in sessions if s.status == "finished" or failure_kind_of_error(s.error) not in INFRASTRUCTURE_KINDS]
+    outcomes = [rewards[s.id].outcome if s.status == "finished" else 0.0 for s in judged]
     n = max(1, len(outcomes))
-    return {success_key: sum(o > 0 for o in outcomes) / n, reward_key: sum(outcomes) / n}
+    return {success_key: sum(o > 0 for o in outcomes) / n, reward_key: sum(outcomes) / n,
+            f"{success_key}/infra_failed": float(len(sessions) - len(judged))}
 
 
 async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, *, n: int, run_id: str,
