@@ -19,6 +19,7 @@ from agentr1.trainer.algorithms import (
     list_adv_estimators,
     register_adv_est,
 )
+from agentr1.trainer.algorithms.registry import ESTIMATORS as ESTIMATOR_REGISTRY
 from agentr1.trainer.batch import BatchConfig, build_rows, metadata_anchor
 from agentr1.trainer.rows import Segment, TrainRow
 
@@ -333,7 +334,10 @@ def test_registry_lists_and_rejects_unknown_names():
         compute_advantages([], AdvantageConfig("ppo"))
 
 
-def test_custom_estimators_register_in_the_same_form():
+def test_custom_estimators_register_in_the_same_form(monkeypatch):
+    # registered for this test only: later tests see the real registry
+    monkeypatch.setattr(ESTIMATOR_REGISTRY, "entries", dict(ESTIMATOR_REGISTRY.entries))
+
     @register_adv_est("test_constant", source="agentr1")
     def constant(batch, cfg):
         return batch.response_mask * 2.0, batch.response_mask * 3.0
