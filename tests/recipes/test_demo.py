@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.demo  # deselected by default: it alone would take most of the suite's 30 minutes (pyproject.toml)
 @pytest.mark.timeout(3600)
 def test_the_demo_doubles_held_out_success_within_the_laptop_budget(tmp_path):
     out = tmp_path / "demo"
