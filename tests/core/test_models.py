@@ -10,8 +10,8 @@ import pytest
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-from agentr1.core.models import build_tiny_random_model, models_cache_dir, resolve_model
 from agentr1.core import models
+from agentr1.core.models import build_tiny_random_model, models_cache_dir, resolve_model
 
 CALCULATOR = {
     "type": "function",

@@ -7,6 +7,7 @@ turns with the same code, so both sides agree token for token. Rendering is the 
 subpackage :mod:`agentr1.core.rendering`.
 """
 
+from agentr1.core.lazy import lazy_exports
 from agentr1.core.models import (
     build_tiny_random_model,
     ensure_smollm2,
@@ -14,7 +15,6 @@ from agentr1.core.models import (
     models_cache_dir,
     resolve_model,
 )
-from agentr1.core.lazy import lazy_exports
 from agentr1.core.registry import Registry, UnknownName, load_callable
 from agentr1.core.vision_models import build_tiny_random_vlm, ensure_tiny_vlm, is_vlm_dir, load_vlm_processor
 

@@ -14,15 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentr1.gateway import GatewaySettings
 
-
 __all__ = [
+    "DEFAULT_LAYOUT",
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AgentConfig",
     "AlgorithmConfig",
     "CriticOptimConfig",
     "CriticSection",
-    "DEFAULT_LAYOUT",
     "DataConfig",
     "DistillConfig",
     "JobConfig",

@@ -200,7 +200,7 @@ class FastPoster:
                 content = await answer.read()
                 return httpx.Response(answer.status, headers=list(answer.headers.items()), content=content,
                                       request=request)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise _as_httpx_error(exc, request) from exc
 
     async def close(self) -> None:

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import httpx
 
 from agentr1.gateway.settings import GatewaySettings
