@@ -264,7 +264,6 @@ def build_tiny_random_model(
     else the tokenizer is built from the GGUF, which takes a few seconds). Deterministic in ``seed``.
     """
     _offline()
-    import torch
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     out = Path(path)
@@ -290,15 +289,24 @@ def build_tiny_random_model(
         eos_token_id=eos_id,
         pad_token_id=eos_id,
     )
+    generation = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=[eos_id], pad_token_id=eos_id)
+    return save_random_model(LlamaForCausalLM, config, seed=seed, generation_config=generation, out=out,
+                             companion=tokenizer)
+
+
+def save_random_model(model_class: Any, config: Any, *, seed: int, generation_config: Any, out: Path,
+                      companion: Any) -> Path:
+    """``model_class(config)`` with seeded random weights (the global RNG left as it was), saved to ``out``
+    as safetensors with its generation config and ``companion`` (its tokenizer or processor)."""
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=config.bos_token_id, eos_token_id=[eos_id], pad_token_id=eos_id
-    )
+        model = model_class(config)
+    model.generation_config = generation_config
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    companion.save_pretrained(out)
     return out
 
 

@@ -29,6 +29,7 @@ from agentr1.core.models import (
     _offline,
     _smollm2_tokenizer_from_gguf,
     models_cache_dir,
+    save_random_model,
 )
 
 __all__ = ["IMAGE_TOKENS", "TINY_VLM_DIRNAME", "build_tiny_random_vlm", "ensure_tiny_vlm", "is_vlm_dir",
@@ -60,7 +61,6 @@ def build_tiny_random_vlm(path: str | os.PathLike[str], *, base: str | os.PathLi
     ``base``: a HF directory whose SmolLM2 tokenizer is reused (default: the converted SmolLM2 if
     cached, else the tokenizer is built from the GGUF)."""
     _offline()
-    import torch
     from transformers import AutoTokenizer, GenerationConfig, Idefics3Config, Idefics3ForConditionalGeneration
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
     from transformers.models.idefics3.processing_idefics3 import Idefics3Processor
@@ -94,14 +94,9 @@ def build_tiny_random_vlm(path: str | os.PathLike[str], *, base: str | os.PathLi
         pad_token_id=eos_id,
         tie_word_embeddings=True,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Idefics3ForConditionalGeneration(config)
-    model.generation_config = GenerationConfig(bos_token_id=bos_id, eos_token_id=[eos_id], pad_token_id=eos_id)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    processor.save_pretrained(out)
-    return out
+    generation = GenerationConfig(bos_token_id=bos_id, eos_token_id=[eos_id], pad_token_id=eos_id)
+    return save_random_model(Idefics3ForConditionalGeneration, config, seed=seed, generation_config=generation,
+                             out=out, companion=processor)
 
 
 def ensure_tiny_vlm(cache_dir: str | os.PathLike[str] | None = None) -> Path:
