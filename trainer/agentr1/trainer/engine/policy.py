@@ -137,8 +137,7 @@ class LocalPolicyEngine:
         self.sync_dir = Path(sync_dir) if sync_dir else None  # weights for remote servers (None: a temp dir)
         self._generator = torch.Generator().manual_seed(config.data_loader_seed)
         # a vision-language model: rows carry image hashes, read from the trace store's images
-        self.image_store: Any = None  # the loop sets ``store.images``; anything with get(sha256) -> bytes
-        self.image_inputs = RowImageInputs.for_model(self.model_path, self._read_image)
+        self._init_images()
         log.info("policy engine on %s ready in %.1f s", self.device, time.perf_counter() - started)
 
     @property
@@ -146,6 +145,11 @@ class LocalPolicyEngine:
         return self.actor.pad_token_id
 
     # -- log-probs, values ----------------------------------------------------------------
+
+    def _init_images(self) -> None:
+        """Images of multimodal rows (None for a text-only model); shared with the Ray engine."""
+        self.image_store: Any = None  # the loop sets ``store.images``; anything with get(sha256) -> bytes
+        self.image_inputs = RowImageInputs.for_model(self.model_path, self._read_image)
 
     def _read_image(self, sha256: str) -> bytes:
         if self.image_store is None:

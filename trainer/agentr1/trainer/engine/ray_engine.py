@@ -211,6 +211,7 @@ class RayPolicyEngine(LocalPolicyEngine):
         self.version = 0
         self.critic_version = 0
         self._generator = torch.Generator().manual_seed(config.data_loader_seed)
+        self._init_images()  # the rows' pixel inputs are built here and sent to the workers with the batch
         log.info("Ray policy engine: %d x %d %s workers per model, ready in %.1f s", nnodes, n_gpus_per_node,
                  self.device, time.perf_counter() - started)
 
