@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ._grammar import grammar_mask
 from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from ._images import image_token_id, prompt_embeds, reusable_length, segment_inputs
 from ._prefix import MIN_REUSE, PrefixIndex
@@ -164,7 +165,8 @@ class BatchEngine:
             self._count_forward(batch)
             self.stats.decode_steps += 1
             sampling = self._decode_sampling(batch)
-            sampled = to_host(sample_batch(logits, sampling, steps), sampling)
+            allowed = grammar_mask([(r.slot, r.grammar) for r in rows], logits)  # None: no row constrained
+            sampled = to_host(sample_batch(logits, sampling, steps, allowed), sampling)
             self._append(rows, [sampled[r.slot] for r in rows])
         except Exception as exc:  # the cache may be half-updated: fail and reset the whole batch
             log.exception("local engine: decode step of %d request(s) failed", len(rows))
@@ -310,8 +312,9 @@ class BatchEngine:
                                           if end == len(row.prompt_ids)], device=self.device)
                     done = [row for row, _ in finished]
                     sampling = SamplingBatch([r.sampling for r in done], [r.key for r in done], self.device)
-                    self._append(done, to_host(sample_batch(logits.index_select(0, index), sampling, [0] * len(done)),
-                                               sampling))
+                    last = logits.index_select(0, index)
+                    allowed = grammar_mask(enumerate(r.grammar for r in done), last)
+                    self._append(done, to_host(sample_batch(last, sampling, [0] * len(done), allowed), sampling))
             pending = [r for r in pending if cursor[id(r)] < len(r.prompt_ids)]
 
     def _plan(self, rows: list[Row], cursor: dict[int, int]) -> list[list[tuple[Row, int, int]]]:
@@ -391,6 +394,8 @@ class BatchEngine:
     def _append(self, rows: list[Row], sampled: list[Sampled]) -> None:
         for row, s in zip(rows, sampled, strict=True):
             row.output_ids.append(s.token_id)
+            if row.grammar is not None:
+                row.grammar.accept(s.token_id)
             row.logprobs.append(s.logprob)
             if row.top_logprobs is not None and s.top is not None:
                 row.top_logprobs.append(s.top)

@@ -40,6 +40,7 @@ class Row:
     key: int = 0  # random key of its sampler
     multimodal: Any = None  # the prompt's images (GenerateRequest.multimodal), embedded at admission
     embeds: Any = None  # while prefilling a prompt with images: its input embeddings (see _images.py)
+    grammar: Any = None  # constrained decoding: its _grammar.RowGrammar (GenerateRequest.grammar), else None
 
     def __post_init__(self) -> None:
         if self.sampling.top_logprobs > 0:

@@ -4,7 +4,10 @@ Each row of a batch has its own temperature, top-p, top-k and random key, so a r
 same tokens whether it runs alone or batched with others (up to float noise in the logits). The
 reported log-probability is ``log_softmax(logits / temperature)[token]`` in float32, before
 top-k/top-p truncation (temperature 0 = greedy: the logits as they are) — the quantity a trainer
-recomputes.
+recomputes. A row under a grammar (``allowed``, from :func:`._grammar.grammar_mask`) samples from its
+scaled logits with the disallowed tokens set to ``-inf``: its log-probability and top alternatives are
+those of that masked, renormalised distribution (vLLM's ``processed_logprobs``), the one it was drawn
+from; the other rows are computed exactly as without it.
 
 Randomness is counter-based: a row samples by inverse CDF with one uniform number per step, a
 hash of (the row's 64-bit key, its output position). A row's draws therefore depend only on its
@@ -34,6 +37,7 @@ __all__ = [
 ]
 
 GREEDY_BELOW = 1e-5  # temperatures below this decode greedily
+_MINUS_INF = float("-inf")
 
 
 def is_greedy(params: SamplingParams) -> bool:
@@ -138,13 +142,18 @@ class SampledBatch:
     top_logprobs: torch.Tensor | None = None
 
 
-def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int]) -> SampledBatch:
-    """Sample one token per row of ``logits`` ([B, vocab]); ``steps[i]`` is row i's output position.
+def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int],
+                 allowed: tuple[torch.Tensor, torch.Tensor] | None = None) -> SampledBatch:
+    """Sample one token per row of ``logits`` ([B, vocab]); ``steps[i]`` is row i's output position;
+    ``allowed``: (row indices, bool mask [n, vocab]) of the rows constrained by a grammar.
 
     Sampled rows draw by inverse CDF: the first token whose cumulative ``softmax(x)`` (``x``: the
     truncated scaled logits) exceeds the row's uniform number. Nothing here waits on the device."""
     logits = logits.float()
     scaled = logits / batch.temperature[:, None] if batch.scaled else logits
+    if allowed is not None:  # out of place: ``logits`` may be a CUDA graph's output buffer
+        rows, mask = allowed
+        scaled = scaled.index_copy(0, rows, scaled.index_select(0, rows).masked_fill(~mask, float("-inf")))
     log_norm = torch.logsumexp(scaled, dim=-1)
     if batch.n_sampled < batch.size:
         chosen = scaled.argmax(dim=-1)
@@ -178,7 +187,8 @@ def to_host(sampled: SampledBatch, batch: SamplingBatch) -> list[Sampled]:
     for row, wanted in zip(table, batch.top_logprobs, strict=True):
         top = None
         if wanted:
-            top = [TokenLogprob(int(t), float(v)) for t, v in zip(row[2 : 2 + wanted], row[2 + k : 2 + k + wanted], strict=True)]
+            top = [TokenLogprob(int(t), float(v)) for t, v in zip(row[2 : 2 + wanted], row[2 + k : 2 + k + wanted], strict=True)
+                   if v != _MINUS_INF]  # tokens a grammar ruled out
         out.append(Sampled(int(row[0]), float(row[1]), top))
     return out
 

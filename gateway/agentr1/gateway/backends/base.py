@@ -44,6 +44,26 @@ class SamplingParams:
     top_logprobs: int = 0  # alternatives to return per sampled token (OpenAI `top_logprobs`)
 
 
+@dataclass(frozen=True, slots=True)
+class GrammarSpec:
+    """A constraint on the sampled text (constrained decoding): only tokens that keep the output a prefix
+    of the grammar's language may be sampled, and the output ends only where the grammar is complete.
+
+    - ``json_object``: any JSON object. ``json_schema``: a JSON value valid against ``value`` (the schema
+      as JSON text). ``regex``: text matching ``value``. ``ebnf``: ``value`` in xgrammar's EBNF (rule
+      ``root``).
+    - ``tagged_json``: one of ``alternatives``, each ``(text before, JSON Schema as JSON text, text after)``:
+      a forced tool call in the renderer's syntax, e.g. ``'{"name": "calc", "arguments": '``, the tool's
+      parameters schema, ``'}\\n</tool_call>'`` (the part of the call the prompt already opened is not
+      in it).
+
+    Frozen and made of strings: it is its own cache key for compiled grammars."""
+
+    kind: Literal["json_object", "json_schema", "regex", "ebnf", "tagged_json"]
+    value: str = ""
+    alternatives: tuple[tuple[str, str, str], ...] = ()
+
+
 @dataclass(slots=True)
 class GenerateRequest:
     prompt_ids: list[int]
@@ -55,6 +75,9 @@ class GenerateRequest:
     # once per image by the renderer. The prompt ids already hold the expanded image tokens. Only backends
     # with ``accepts_images = True`` take such requests; the gateway refuses them (400) for the others.
     multimodal: MultimodalInputs | None = None
+    # Constrained decoding (response_format, forced tool calls); None = free sampling. Backends that take it
+    # set ``accepts_grammar = True``; the gateway does not send it to the others.
+    grammar: GrammarSpec | None = None
 
 
 @dataclass(slots=True)
@@ -68,7 +91,9 @@ class GenerateResult:
     """What was sampled. ``output_ids`` are exactly the sampled tokens, including a final end-of-turn
     token or the tokens of a matched stop string; ``logprobs[i]`` is the log-probability of
     ``output_ids[i]`` under the distribution it was sampled from (logits / temperature, before
-    top-p/top-k truncation), the quantity verl's actor recomputes."""
+    top-p/top-k truncation), the quantity verl's actor recomputes. Under a ``grammar`` that distribution is
+    the one masked to the tokens the grammar allows and renormalised (see docs/gateway.md: the trainer's
+    unmasked recomputation differs on constrained tokens)."""
 
     output_ids: list[int]
     logprobs: list[float]

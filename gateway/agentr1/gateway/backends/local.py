@@ -42,6 +42,7 @@ from ._engine import BatchEngine, EngineStats, Row, end_token_ids, pad_token_id
 from ._slot_cache import use_grouped_decode_attention
 from ._weights import copy_into, read_safetensors
 from .base import (
+    BackendError,
     BackendUnavailable,
     ContextLengthExceeded,
     GenerateRequest,
@@ -115,6 +116,7 @@ class LocalBackend:
 
     name = "local"
     trainable = True
+    accepts_grammar = True  # GenerateRequest.grammar: constrained decoding (_grammar.py, xgrammar)
 
     def __init__(
         self,
@@ -160,6 +162,7 @@ class LocalBackend:
         self.model: Any = None
         self.tokenizer: Any = None
         self._engine: BatchEngine | None = None
+        self._grammars: Any = None  # _grammar.GrammarCache, made on the first constrained request
         self._policy_version = policy_version  # a resumed trainer serves its checkpoint's version
         self._cv = threading.Condition()
         self._queue: collections.deque[Row] = collections.deque()
@@ -241,7 +244,8 @@ class LocalBackend:
     # -- generation -----------------------------------------------------------------------
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        row, sink = self._submit(request, streaming=False)
+        grammar = await asyncio.to_thread(self._row_grammar, request) if request.grammar is not None else None
+        row, sink = self._submit(request, streaming=False, grammar=grammar)
         assert sink.future is not None
         try:
             return await sink.future
@@ -256,7 +260,8 @@ class LocalBackend:
         return self._stream(request)
 
     async def _stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
-        row, sink = self._submit(request, streaming=True)
+        grammar = await asyncio.to_thread(self._row_grammar, request) if request.grammar is not None else None
+        row, sink = self._submit(request, streaming=True, grammar=grammar)
         queue = sink.queue
         assert queue is not None
         try:
@@ -294,11 +299,26 @@ class LocalBackend:
         if request.multimodal is None and self.image_token_id is not None and self.image_token_id in ids:
             raise ValueError("the prompt holds image tokens but the request carries no images")
 
-    def _submit(self, request: GenerateRequest, *, streaming: bool) -> tuple[Row, _Sink]:
+    def _row_grammar(self, request: GenerateRequest) -> Any:
+        """The request's grammar matcher (compiled once per spec; compiling takes up to seconds, off the loop)."""
+        from ._grammar import GrammarCache
+
+        assert request.grammar is not None
+        with self._start_lock:
+            if self._engine is None:
+                raise BackendUnavailable("the local backend is not running", retry_after=5.0)
+            if self._grammars is None:
+                self._grammars = GrammarCache(self.tokenizer, self.vocab_size, self._engine.eos_ids)
+        try:
+            return self._grammars.row(request.grammar, request.sampling.stop_token_ids)
+        except ValueError as exc:
+            raise BackendError(str(exc), status_code=400) from exc
+
+    def _submit(self, request: GenerateRequest, *, streaming: bool, grammar: Any = None) -> tuple[Row, _Sink]:
         self.validate(request)
         sink = _Sink(asyncio.get_running_loop(), streaming)
         row = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
-                  multimodal=request.multimodal)
+                  multimodal=request.multimodal, grammar=grammar)
         with self._cv:
             if self._thread is None or self._stopping:
                 raise BackendUnavailable("the local backend is not running", retry_after=5.0)
