@@ -146,7 +146,7 @@ class RolloutProducer:
         report.seconds = time.monotonic() - started
         sessions, rewards = await asyncio.to_thread(trainer.score, report.sessions, {task["id"]: task})
         sessions, rewards = await trainer.groups.complete(trainer, {task["id"]: task}, sessions, rewards,
-                                                          step=trainer.state.step + 1)
+                                                          step=trainer.state.step + 1, unopened=report.unopened)
         counters.completed += 1
         counters.sessions += len(report.sessions)
         counters.failed += report.failed

@@ -7,6 +7,9 @@ Every other member of a group is a failure, counted by kind (``failures/<kind>``
 recorded in the session's error, ``agentr1.sdk.failures``: timeout, backend, environment,
 cancelled, agent; ``judge`` for reward failures). A failed session is never trained: not as a
 zero reward, not at all.
+A run whose session was never opened (``POST /sessions`` failed, ``RolloutReport.unopened``) is a
+failed member of its group too, counted by its kind; a group none of whose sessions opened is
+still a group (dropped, or resampled).
 
 A group with a failed member would give GRPO-style baselines fewer samples than the others, and a
 biased set of them (the ones that did not hit the broken tool). ``algorithm.incomplete_groups``:
@@ -26,12 +29,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentr1.sdk import FAILURE_KINDS, INFRASTRUCTURE_KINDS, failure_kind_of_error
 from agentr1.store import SessionRecord
 from agentr1.trainer.rewards import SessionRewards
-from agentr1.trainer.rollout import RolloutReport
+from agentr1.trainer.rollout import RolloutReport, UnopenedSession
 
 if TYPE_CHECKING:
     from agentr1.trainer.config import JobConfig
@@ -97,27 +101,37 @@ class GroupCompleter:
         return metrics
 
     async def complete(self, trainer: Trainer, tasks: dict[str, dict[str, Any]], sessions: list[SessionRecord],
-                       rewards: dict[str, SessionRewards], *, step: int
+                       rewards: dict[str, SessionRewards], *, step: int,
+                       unopened: Sequence[UnopenedSession] = ()
                        ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
-        """The usable sessions of the complete groups (resampled where configured), and their rewards."""
+        """The usable sessions of the complete groups (resampled where configured), and their rewards.
+
+        ``unopened``: the runs of this rollout whose session was never created: missing members."""
         self.reporters = [fn for fn in trainer.reward_fns.values() if hasattr(fn, "take_metrics")]
         groups: dict[str, list[SessionRecord]] = defaultdict(list)
         for s in sessions:
             groups[s.group_id or s.id].append(s)
+        lost: dict[str, list[UnopenedSession]] = defaultdict(list)
+        for u in unopened:
+            lost[u.group_id].append(u)
+            groups.setdefault(u.group_id, [])
         kept: list[SessionRecord] = []
         for group_id, members in groups.items():
-            usable = self._usable(members, rewards)
-            missing = len(members) - len(usable)
+            usable = self._usable(members, rewards) + self._count_unopened(lost[group_id])
+            size = len(members) + len(lost[group_id])
+            missing = size - len(usable)
             if missing and self.policy == "resample":
                 self.counts["groups/resampled"] += 1
-                usable += await self._resample(trainer, tasks, members[0], group_id, missing, rewards, step=step)
+                task_id = members[0].task_id if members else lost[group_id][0].task_id
+                sample = max([int(m.metadata.get("sample", 0)) for m in members] + [u.sample for u in lost[group_id]])
+                usable += await self._resample(trainer, tasks, task_id, sample, group_id, missing, rewards, step=step)
             self.counts["groups/incomplete" if missing else "groups/complete"] += 1
-            if len(usable) == len(members):
+            if len(usable) == size:
                 self.counts["groups/completed_by_resampling"] += bool(missing)
                 kept += usable
             else:
                 self.counts["groups/dropped"] += 1
-                log.info("dropped group %s: %d of %d samples usable", group_id, len(usable), len(members))
+                log.info("dropped group %s: %d of %d samples usable", group_id, len(usable), size)
         return kept, {s.id: rewards[s.id] for s in kept}
 
     def _usable(self, members: list[SessionRecord], rewards: dict[str, SessionRewards]) -> list[SessionRecord]:
@@ -142,15 +156,21 @@ class GroupCompleter:
             raise SamplingMismatch(problem)
         log.warning("%s", problem)
 
-    async def _resample(self, trainer: Trainer, tasks: dict[str, dict[str, Any]], first: SessionRecord,
+    def _count_unopened(self, unopened: list[UnopenedSession]) -> list[SessionRecord]:
+        """Counts the runs whose session never opened, by failure kind; none of them is usable."""
+        for u in unopened:
+            self.counts[f"failures/{u.kind}"] += 1
+        return []
+
+    async def _resample(self, trainer: Trainer, tasks: dict[str, dict[str, Any]], task_id: str | None, sample: int,
                         group_id: str, missing: int, rewards: dict[str, SessionRewards], *, step: int
                         ) -> list[SessionRecord]:
         """Up to ``attempts`` rounds of new samples for the ``missing`` ones; the usable ones found."""
-        task = tasks.get(first.task_id or "")
+        task = tasks.get(task_id or "")
         if task is None or trainer.runner is None:
             return []
         found: list[SessionRecord] = []
-        sample = int(first.metadata.get("sample", 0)) + 1000  # resamples are told apart in the metadata
+        sample = sample + 1000  # resamples are told apart in the metadata
         for _ in range(self.attempts):
             need = missing - len(found)
             if need <= 0:
@@ -160,8 +180,8 @@ class GroupCompleter:
                                                       sample=sample + k, step=step, report=report)
                                    for k in range(need)))
             sample += need
-            self.counts["groups/resampled_sessions"] += len(report.sessions)
+            self.counts["groups/resampled_sessions"] += len(report.sessions) + len(report.unopened)
             scored, new_rewards = await asyncio.to_thread(trainer.score, report.sessions, tasks)
             rewards.update(new_rewards)
-            found += self._usable(scored, rewards)
+            found += self._usable(scored, rewards) + self._count_unopened(report.unopened)
         return found[:missing]

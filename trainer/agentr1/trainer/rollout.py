@@ -4,6 +4,11 @@ Every run is one session tagged with the run, the task group (the n samples of o
 training step) and the policy version the gateway serves. A run that raises or times out leaves
 a failed session whose error names the failure kind (``agentr1.sdk.failures``): it is counted, and
 excluded from the update; its group is then dropped or resampled (``agentr1.trainer.groups``).
+
+A run whose session could not even be opened (``POST /sessions`` failed: the gateway or its store
+down, refusing, or too slow) has no session to store: it is kept in ``RolloutReport.unopened`` with
+its group and failure kind (``backend`` or ``timeout`` for the gateway's errors), counted as failed,
+and the group completer counts it as a missing member of its group, like a failed session.
 """
 
 from __future__ import annotations
@@ -15,14 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentr1.sdk import areward, run_command, session
+from agentr1.sdk import areward, failure_kind, run_command, session
 from agentr1.trainer.config import AgentConfig
 from agentr1.trainer.tasks import load_callable
+
+
+@dataclass(frozen=True)
+class UnopenedSession:
+    """A run whose session the gateway never created: the member of its group that is missing."""
+
+    group_id: str
+    task_id: str
+    sample: int
+    kind: str  # agentr1.sdk.failures kind of the error POST /sessions raised
+    error: str
 
 
 @dataclass
 class RolloutReport:
     sessions: list[str] = field(default_factory=list)
+    unopened: list[UnopenedSession] = field(default_factory=list)
     finished: int = 0
     failed: int = 0
     timed_out: int = 0
@@ -44,8 +61,12 @@ class AgentRunner:
                   report: RolloutReport) -> None:
         timeout = self.config.timeout_s
         if self.config.command is not None:
-            result = await asyncio.to_thread(run_command, self.config.command, task, timeout_s=timeout,
-                                             task_id=task["id"], group_id=group_id, run_id=run_id)
+            try:  # run_command opens the session first: an error before the command ran is that
+                result = await asyncio.to_thread(run_command, self.config.command, task, timeout_s=timeout,
+                                                 task_id=task["id"], group_id=group_id, run_id=run_id)
+            except Exception as exc:
+                self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
+                return
             report.sessions.append(result.session_id)
             self._count(report, ok=result.ok, timed_out=result.timed_out, error=result.stderr[-300:])
             return
@@ -53,20 +74,32 @@ class AgentRunner:
         metadata: dict[str, Any] = {"step": step, "sample": sample}
         if self.config.context is not None:  # the gateway applies it to every call of the session
             metadata["context"] = self.config.context
+        opened = False
         try:
             async with session(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata,
                                new=True) as active:
+                opened = True
                 report.sessions.append(active.id)
                 call = self.fn(task) if inspect.iscoroutinefunction(self.fn) else asyncio.to_thread(self.fn, task)
                 result = await asyncio.wait_for(call, timeout)
                 if isinstance(result, int | float) and not isinstance(result, bool):
                     await areward(float(result), name="agent")
-        except TimeoutError:
-            self._count(report, ok=False, timed_out=True, error=f"timed out after {timeout:.0f} s")
         except Exception as exc:
-            self._count(report, ok=False, timed_out=False, error=f"{type(exc).__name__}: {exc}")
+            if not opened:
+                self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
+            elif isinstance(exc, TimeoutError):
+                self._count(report, ok=False, timed_out=True, error=f"timed out after {timeout:.0f} s")
+            else:
+                self._count(report, ok=False, timed_out=False, error=f"{type(exc).__name__}: {exc}")
         else:
             self._count(report, ok=True, timed_out=False, error="")
+
+    def _unopened(self, report: RolloutReport, exc: Exception, *, task: dict[str, Any], group_id: str,
+                  sample: int) -> None:
+        kind = failure_kind(exc)
+        error = f"could not open a session (POST /sessions): {type(exc).__name__}: {exc}"
+        report.unopened.append(UnopenedSession(group_id, str(task["id"]), sample, kind, error))
+        self._count(report, ok=False, timed_out=kind == "timeout", error=error)
 
     @staticmethod
     def _count(report: RolloutReport, *, ok: bool, timed_out: bool, error: str) -> None:

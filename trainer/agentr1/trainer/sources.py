@@ -96,12 +96,14 @@ class SyncRollouts(StepSource):
         for error in report.errors:
             log.warning("rollout failure: %s", error)
         sessions, rewards = await asyncio.to_thread(t.score, report.sessions, by_id)
-        sessions, rewards = await t.groups.complete(t, by_id, sessions, rewards, step=step)
+        sessions, rewards = await t.groups.complete(t, by_id, sessions, rewards, step=step,
+                                                    unopened=report.unopened)
         min_version = t.state.policy_version - rollout.max_staleness
         fresh = [s for s in sessions if s.status == "finished" and s.policy_version >= min_version]
         return StepData(fresh, {s.id: rewards[s.id] for s in fresh}, {
             "rollout/sessions": float(len(report.sessions)), "rollout/failed": float(report.failed),
-            "rollout/timed_out": float(report.timed_out), "rollout/stale": float(len(sessions) - len(fresh)),
+            "rollout/timed_out": float(report.timed_out), "rollout/unopened": float(len(report.unopened)),
+            "rollout/stale": float(len(sessions) - len(fresh)),
             "rollout/seconds": report.seconds,
             **outcome_metrics(fresh, rewards, success_key="success/train", reward_key="reward/mean"),
         })
