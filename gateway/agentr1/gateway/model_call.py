@@ -28,9 +28,16 @@ from starlette.requests import Request
 
 from agentr1.core.rendering import PromptPlan, RenderError
 from agentr1.gateway.auth import access_control_on, authorize_call, require_session_access
-from agentr1.gateway.backends.base import BackendUnavailable, GenerateRequest, GenerateResult, SamplingParams
+from agentr1.gateway.backends.base import (
+    BackendUnavailable,
+    GenerateRequest,
+    GenerateResult,
+    GrammarSpec,
+    SamplingParams,
+)
 from agentr1.gateway.call_record import build_steps, persist, remember_choices
 from agentr1.gateway.calls import Gateway, client_retry_count
+from agentr1.gateway.codecs.constraints import tool_call_grammar
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.images import prompt_images
 from agentr1.gateway.planning import plan_for_session
@@ -56,6 +63,7 @@ class CallInput:
     prompts: list[list[int]] | None = None  # token ids: a text completion (one step per prompt and sample)
     tools: list[dict[str, Any]] | None = None  # OpenAI chat tools
     tool_choice: Any = None
+    grammar: GrammarSpec | None = None  # constrained decoding asked by the format (response_format, text.format)
     messages_sent: Any = None  # the request as the agent sent it, in its own format (default: ``messages``)
     session_hint: str | None = None  # the session of the conversation it continues, if the call names none
     extra: dict[str, Any] = field(default_factory=dict)  # format-specific state the encoder needs back
@@ -181,6 +189,9 @@ class ModelCall:
                           explicit=self.spec.explicit_max_tokens)
             if self.plan.drift:
                 self.gw.metrics.drift += 1
+        grammar = self.spec.grammar
+        if grammar is None and self.plan is not None and getattr(self.gw.backend, "accepts_grammar", False):
+            grammar = tool_call_grammar(self.tools, self.spec.tool_choice, self.plan.prefill)  # a forced call
         for p, ids in enumerate(self.prompts):
             for i in range(self.spec.n):
                 sampling = SamplingParams(**asdict(self.spec.sampling))
@@ -189,7 +200,8 @@ class ModelCall:
                 choice = len(self.jobs)
                 self.jobs.append(_Job(p, GenerateRequest(prompt_ids=list(ids), sampling=sampling,
                                                          request_id=f"{self.request_id}-{choice}",
-                                                         session_id=self.state.id, multimodal=self.multimodal)))
+                                                         session_id=self.state.id, multimodal=self.multimodal,
+                                                         grammar=grammar)))
 
     # -- generate, whole or streamed ----------------------------------------------------------
 
@@ -338,8 +350,8 @@ class ModelCall:
         """``tool_choice`` "required" or a named function: every choice must call an offered (the named) function.
         The prompt opens the call; a model that still writes no valid call gets the call answered with 422
         ``tool_choice_not_satisfied`` (its steps stay stored: they are what the policy sampled), never with
-        plain content the request ruled out. Constrained decoding would make this impossible; it is not in the
-        backends yet."""
+        plain content the request ruled out. Under a tool-call grammar (Hermes renderers on a backend with
+        ``accepts_grammar``) only a call cut short by ``max_tokens`` can still fail here."""
         choice = self.spec.tool_choice
         if not self.is_chat or self.external or not (choice == "required" or isinstance(choice, dict)):
             return outcome

@@ -8,26 +8,30 @@ from typing import Any
 
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import sampling_params, sse
+from agentr1.gateway.codecs.constraints import response_format_grammar
 from agentr1.gateway.codecs.errors import stream_error
-from agentr1.gateway.codecs.tools import check_response_format, check_tools
+from agentr1.gateway.codecs.tools import check_tools
 from agentr1.gateway.model_call import CallInput, CallOutcome, Choice, ModelCall, TextDelta
 from agentr1.gateway.schemas import ChatCompletionRequest
 
 __all__ = ["chat_input", "encode_chat", "stream_chat", "token_logprobs"]
 
 
-def chat_input(gw: Gateway, body: ChatCompletionRequest) -> CallInput:
+def chat_input(gw: Gateway, body: ChatCompletionRequest, messages: list[dict[str, Any]] | None = None) -> CallInput:
+    """The call of a validated body; ``messages``: its messages as dicts when the caller has them already
+    (:func:`~agentr1.gateway.codecs.chat_body.read_chat_body`)."""
     check_tools(body.tools, body.tool_choice)
-    check_response_format(body.model_extra.get("response_format") if body.model_extra else None)
+    grammar = response_format_grammar(gw.backend, body.model_extra.get("response_format") if body.model_extra else None)
     # one serializer call for the whole list (half the CPU of one model_dump per message, the same dicts)
-    messages = body.model_dump(include={"messages"}, exclude_none=True)["messages"]
+    if messages is None:
+        messages = body.model_dump(include={"messages"}, exclude_none=True)["messages"]
     max_tokens = body.max_completion_tokens or body.max_tokens
     top_logprobs = (body.top_logprobs or 0) if body.logprobs and gw.backend.trainable else 0
     sampling = sampling_params(gw.settings, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                top_k=body.top_k, stop=body.stop, stop_token_ids=body.stop_token_ids, seed=body.seed,
                                top_logprobs=top_logprobs)
     return CallInput(endpoint="chat", model=body.model, sampling=sampling, explicit_max_tokens=max_tokens is not None,
-                     n=body.n, messages=messages, tools=body.tools, tool_choice=body.tool_choice,
+                     n=body.n, messages=messages, tools=body.tools, tool_choice=body.tool_choice, grammar=grammar,
                      extra={"logprobs": body.logprobs,
                             "include_usage": bool(body.stream_options and body.stream_options.include_usage)})
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import sampling_params
-from agentr1.gateway.codecs.tools import check_response_format, check_tools, function_tool
+from agentr1.gateway.codecs.constraints import response_format_grammar
+from agentr1.gateway.codecs.tools import check_tools, function_tool
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.model_call import CallInput, CallOutcome, ModelCall
 from agentr1.gateway.schemas import ResponsesRequest
@@ -167,7 +168,7 @@ def _tool_choice(choice: Any) -> Any:
 def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
     tools, tool_choice = _tools(body), _tool_choice(body.tool_choice)
     check_tools(tools, tool_choice)
-    check_response_format((body.text or {}).get("format"), param="text.format")
+    grammar = response_format_grammar(gw.backend, (body.text or {}).get("format"), param="text.format")
     history: list[Message] = []
     previous_session = None
     if body.previous_response_id:
@@ -188,7 +189,7 @@ def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
         sent.insert(0, {"type": "instructions", "role": "system", "content": body.instructions})
     return CallInput(endpoint="responses", model=body.model, sampling=sampling,
                      explicit_max_tokens=body.max_output_tokens is not None, messages=messages, tools=tools,
-                     tool_choice=tool_choice, messages_sent=sent, session_hint=previous_session,
+                     tool_choice=tool_choice, grammar=grammar, messages_sent=sent, session_hint=previous_session,
                      extra={"body": body})
 
 

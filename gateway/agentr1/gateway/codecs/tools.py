@@ -1,11 +1,9 @@
-"""Tools, tool choice and output formats, checked once in the gateway's canonical (OpenAI chat) form.
+"""Tools and tool choice, checked once in the gateway's canonical (OpenAI chat) form.
 
 - A tool's parameters must be a valid JSON Schema (checked with ``jsonschema`` against the schema's own
   draft); a bad one is a 400 naming the tool, at every API.
 - ``tool_choice`` naming a function must name an offered one; "required" needs tools.
-- ``response_format`` (chat) / ``text.format`` (Responses): "text" is served; ``json_object`` and
-  ``json_schema`` need constrained decoding, which the backends do not offer yet, so they are a clear 400
-  (``unsupported_response_format``) instead of being ignored; any other type is a 400 too.
+- Output formats (``response_format``) and forced calls become grammars in :mod:`.constraints`.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from jsonschema.validators import validator_for
 
 from agentr1.gateway.errors import APIError
 
-__all__ = ["check_response_format", "check_tools", "function_tool"]
+__all__ = ["check_tools", "function_tool"]
 
 
 def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
@@ -67,27 +65,3 @@ def _named_choice(tool_choice: Any) -> str | None:
                        param="tool_choice")
     return name
 
-
-def check_response_format(fmt: Any, *, param: str = "response_format") -> None:
-    if fmt is None:
-        return
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if kind == "text":
-        return
-    if kind in ("json_object", "json_schema"):
-        if kind == "json_schema":
-            spec = fmt.get("json_schema", fmt)  # chat nests it; Responses' text.format holds it directly
-            schema = spec.get("schema") if isinstance(spec, dict) else None
-            if not isinstance(schema, dict):
-                raise APIError(400, f"{param}: json_schema needs a 'schema' object", code="invalid_request",
-                               param=param)
-            try:
-                validator_for(schema).check_schema(schema)
-            except SchemaError as exc:
-                raise APIError(400, f"{param}: not a valid JSON Schema: {exc.message}", code="invalid_request",
-                               param=param) from None
-        raise APIError(400, f"{param} {kind!r} needs constrained decoding, which this gateway does not offer yet; "
-                            "leave it out (or use 'text') and validate the output in the agent",
-                       code="unsupported_response_format", param=param)
-    raise APIError(400, f"{param}.type must be 'text', 'json_object' or 'json_schema', not {kind!r}",
-                   code="invalid_request", param=param)
