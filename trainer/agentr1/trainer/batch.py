@@ -10,9 +10,12 @@ Layouts (``BatchConfig.layout``):
   step's ``observation_ids`` start with the row's whole sequence so far (prompt + response); the
   tokens between (tool results, the next user turn, chat-template glue) are feedback tokens with
   mask 0. A step starts a new row when its observation does not extend the row (a context policy
-  rewrote or trimmed the history), when it is flagged ``drift``, when it is a branch (its
-  ``parent_index`` is set and is not the step just before it), when the previous step's action was
-  truncated.
+  rewrote or trimmed the history), when it is flagged ``drift``, when the previous step's action was
+  truncated, when it is a branch (its ``parent_index`` is set and is not the step just before it)
+  whose parent step is not the last step of a row. A forked session thus gets one row per branch:
+  the fork's row starts at its own step (the shared steps before it are its prompt, trained once, in
+  the branch that continues them), and a branch the agent returns to after calls on another keeps
+  extending its own row.
 
 Superseded steps (answers a client never saw because it timed out and retried; the retry's step
 names them in ``retry_of``) are not part of the trajectory the agent followed: they are skipped
@@ -261,33 +264,33 @@ def _place_rewards(prepared: list[tuple[StepRecord, _Step | None]], kept: list[_
 
 def _merge(kept: list[_Step], previous: dict[int, int | None], metrics: Counter[str]) -> list[list[_Step]]:
     groups: list[list[_Step]] = []
-    current: list[_Step] = []
-    full: list[int] = []  # prompt + response of the open row
+    fulls: list[list[int]] = []  # prompt + response of each row
+    current = -1  # the row the last step joined
     for st in kept:
-        reason = _break_reason(current, full, st, previous) if current else "first"
-        if reason is None:
-            current.append(st)
-            full.extend(st.observation[len(full):])
-            full.extend(st.action)
+        at = current if current >= 0 else None
+        parent = st.record.parent_index
+        if at is not None and parent is not None and parent != previous[st.record.index]:
+            # a branch: it may continue a row left open earlier (the agent went back to another branch)
+            at = next((k for k, g in enumerate(groups) if g[-1].record.index == parent), None)
+        reason = "first" if current < 0 else "drift" if st.record.drift else "branch" if at is None \
+            else _break_reason(groups[at], fulls[at], st)
+        if reason is None and at is not None:
+            groups[at].append(st)
+            fulls[at].extend(st.observation[len(fulls[at]):])
+            fulls[at].extend(st.action)
+            current = at
             continue
-        if current:
+        if current >= 0:
             metrics[f"new_row_{reason}"] += 1
-            groups.append(current)
-        current = [st]
-        full = [*st.observation, *st.action]
-    if current:
-        groups.append(current)
+        groups.append([st])
+        fulls.append([*st.observation, *st.action])
+        current = len(groups) - 1
     return groups
 
 
-def _break_reason(current: list[_Step], full: list[int], st: _Step, previous: dict[int, int | None]) -> str | None:
-    """Why ``st`` cannot extend the open row (None if it can)."""
-    record = st.record
-    if record.drift:
-        return "drift"
-    if record.parent_index is not None and record.parent_index != previous[record.index]:
-        return "branch"
-    if current[-1].truncated:
+def _break_reason(row: list[_Step], full: list[int], st: _Step) -> str | None:
+    """Why ``st`` (not drift) cannot extend the row ``row`` (None if it can)."""
+    if row[-1].truncated:
         return "truncated"
     obs = st.observation
     if len(obs) < len(full) or obs[: len(full)] != full:
