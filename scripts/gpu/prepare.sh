@@ -18,16 +18,20 @@ mkdir -p .whl .m1 .m2 .m3 .tok
   fastapi==0.165.0 starlette==1.10.0 opentelemetry-api==1.45.2 uvicorn==0.54.0 openai==3.57.0 httpx2==2.16.2 \
   httpcore2==2.16.2 truststore==0.10.5 jiter==0.19.0 sniffio==1.3.1 verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 \
   importlib-metadata==8.9.0 zipp==4.1.2 orjson==3.13.0 codetiming==1.4.0 omegaconf==2.3.1 datasets==5.2.0 \
-  dill==0.4.1 multiprocess==0.70.19 transformers==5.10.4 tokenizers==0.22.2 gguf==0.19.0
+  dill==0.4.1 multiprocess==0.70.19 transformers==5.10.4 tokenizers==0.22.2 gguf==0.19.0 \
+  jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0
 "$PY" -m pip wheel -q --no-deps antlr4-python3-runtime==4.9.3 -w .whl  # sdist only on PyPI (pure Python)
 
 gguf=$("$PY" -c 'from agentr1.core.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
 # part sizes (the xz is ~90 MB): .whl+.tok+.m1 and .m2 each fit one call beside a ~10 MB working tree;
 # .m3 (~18 MB) leaves room for the call that runs the work
-head -c 24000000 /tmp/smollm2.gguf.xz > .m1/gguf.xz.part1
-tail -c +24000001 /tmp/smollm2.gguf.xz | head -c 48000000 > .m2/gguf.xz.part2
-tail -c +72000001 /tmp/smollm2.gguf.xz > .m3/gguf.xz.part3
+python3 - <<'PY'  # (head/tail in a pipe die of SIGPIPE under pipefail)
+data = open("/tmp/smollm2.gguf.xz", "rb").read()
+for path, start, end in ((".m1/gguf.xz.part1", 0, 24_000_000), (".m2/gguf.xz.part2", 24_000_000, 72_000_000),
+                         (".m3/gguf.xz.part3", 72_000_000, len(data))):
+    open(path, "wb").write(data[start:end])
+PY
 sha256sum /tmp/smollm2.gguf.xz | sed 's/ .*/  gguf.xz/' > .tok/gguf.xz.sha256
 model=$("$PY" -c 'from agentr1.core.models import ensure_smollm2; print(ensure_smollm2())')
 tar czf .tok/tok.tgz -C "$model" tokenizer.json tokenizer_config.json chat_template.jinja config.json generation_config.json
