@@ -18,7 +18,7 @@ from statistics import mean
 
 ESTIMATORS = ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "steppo", "gigpo"]
 
-__all__ = ["ESTIMATORS", "load_runs", "table"]
+__all__ = ["ESTIMATORS", "load_runs", "span", "table"]
 
 
 def load_runs(root: Path) -> dict[str, list[list[dict[str, float]]]]:
@@ -32,7 +32,7 @@ def load_runs(root: Path) -> dict[str, list[list[dict[str, float]]]]:
     return runs
 
 
-def _span(values: list[float], fmt: str = "{:.1%}") -> str:
+def span(values: list[float], fmt: str = "{:.1%}") -> str:
     if not values:
         return "-"
     return f"{fmt.format(mean(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
@@ -47,8 +47,8 @@ def table(runs: dict[str, list[list[dict[str, float]]]]) -> str:
         end = [v[-1] for v in val if len(v) > 1]
         change = [v[-1] - v[0] for v in val if len(v) > 1]
         wall = [sum(h.get("perf/step_s", 0.0) for h in hist) for hist in histories]
-        lines.append(f"| {name} | {len(histories)} | {_span(start)} | {_span(end)} | {_span(change, '{:+.1%}')} | "
-                     f"{_span(wall, '{:.0f}')} |")
+        lines.append(f"| {name} | {len(histories)} | {span(start)} | {span(end)} | {span(change, '{:+.1%}')} | "
+                     f"{span(wall, '{:.0f}')} |")
     return "\n".join(lines)
 
 
