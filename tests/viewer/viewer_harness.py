@@ -44,6 +44,7 @@ class Recorded:
     failed_session: str = ""
     drift_session: str = ""
     window_session: str = ""
+    branch_session: str = ""
 
 
 def scripted_reply(tokenizer: Any):  # type: ignore[no-untyped-def]
@@ -124,6 +125,29 @@ def record_traces(rec: Recorded) -> None:
     finish(sid, reward=0.25)
     rec.drift_session = sid
     rec.window_session = _store_windowed_step(rec)
+    rec.branch_session = _record_forked(rec)
+
+
+def _record_forked(rec: Recorded) -> str:
+    """A forked conversation, in a run of its own: turn 1, then two different turn-2 histories (two branches
+    from step 0), then turn 3 on the first branch: steps 0, 1 and 3 on branch 0, step 2 on branch 1."""
+    import openai
+
+    created = httpx.post(f"{rec.gateway_url}/sessions", json={"run_id": "branch-run", "task_id": "t-fork"}).json()
+    client = openai.OpenAI(base_url=created["base_url"], api_key=created["api_key"], max_retries=0)
+
+    def ask(messages: list[Any]) -> Any:
+        return client.chat.completions.create(model="policy", messages=messages).choices[0].message.model_dump(
+            exclude_none=True)
+
+    turn1 = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    first = ask(turn1)
+    main = [*turn1, first, {"role": "user", "content": "Another one?"}]
+    second = ask(main)
+    ask([*turn1, first, {"role": "user", "content": "Why that one?"}])
+    ask([*main, second, {"role": "user", "content": "And a third?"}])
+    httpx.post(f"{rec.gateway_url}/sessions/{created['id']}/finish", json={"reward": 1.0}).raise_for_status()
+    return str(created["id"])
 
 
 def _store_windowed_step(rec: Recorded) -> str:

@@ -13,6 +13,7 @@ from agentr1.core import lazy_exports
 
 if TYPE_CHECKING:
     from agentr1.gateway.app import create_app
+    from agentr1.gateway.branches import branch_report
     from agentr1.gateway.context import ContextPolicyError, build_policy
     from agentr1.gateway.embedded import EmbeddedGateway
     from agentr1.gateway.errors import APIError, install_error_handlers
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 
 _MODULES = {"APIError": "errors", "BackendName": "settings", "BackgroundServer": "server",
             "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings",
-            "build_policy": "context", "configure_otlp": "tracing", "create_app": "app", "free_port": "server",
-            "install_error_handlers": "errors", "uvicorn_options": "server"}
+            "branch_report": "branches", "build_policy": "context", "configure_otlp": "tracing", "create_app": "app",
+            "free_port": "server", "install_error_handlers": "errors", "uvicorn_options": "server"}
 __all__ = [
     "APIError",
     "BackendName",
@@ -31,6 +32,7 @@ __all__ = [
     "ContextPolicyError",
     "EmbeddedGateway",
     "GatewaySettings",
+    "branch_report",
     "build_policy",
     "configure_otlp",
     "create_app",

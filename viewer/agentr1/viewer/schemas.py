@@ -130,8 +130,23 @@ class StepView(StepFields):  # type: ignore[misc, valid-type]
     n_observation: int = 0
     n_new_observation: int = 0  # observation tokens not in the previous step's observation + action
     n_feedback: int | None = None
-    extends_previous: bool | None = None  # the observation starts with the previous step's tokens
+    extends_previous: bool | None = None  # the observation starts with the compared step's tokens
+    compared_to: int | None = None  # that step: the parent step, else the step before
+    branch: int | None = None  # the branch the step belongs to (None: a client retry superseded it)
+    children: list[int] = Field(default_factory=list)  # the steps continuing this one (more than one: a fork)
     action_tokens: list[Token] = Field(default_factory=list)
+
+
+class BranchView(BaseModel):
+    """One branch of a session: a line of steps each continuing the previous token for token."""
+
+    id: int
+    kind: Literal["root", "fork", "drift"]  # a new conversation, a fork of an earlier step, a re-rendered history
+    parent_step: int | None = None  # the step it continues (None for a root)
+    parent_branch: int | None = None  # the branch holding parent_step
+    steps: list[int]  # its own steps, in order
+    path: list[int]  # every step up to its last one: the shared steps of its ancestors, then its own
+    children: list[int] = Field(default_factory=list)  # branches forking from one of its steps
 
 
 class SessionDetail(BaseModel):
@@ -139,6 +154,8 @@ class SessionDetail(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     rewards: list[RewardView] = Field(default_factory=list)
     steps: list[StepView] = Field(default_factory=list)
+    branches: list[BranchView] = Field(default_factory=list)
+    superseded_steps: list[int] = Field(default_factory=list)  # answers the client never saw (it retried)
     tokenizer: str | None = None
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1.store import SessionRecord, StepRecord
+from agentr1.viewer.branches import session_branches
 from agentr1.viewer.schemas import RowsView, RowView, SessionDetail, StepView, Token, step_fields
 
 log = logging.getLogger("agentr1.viewer")
@@ -89,7 +90,7 @@ def step_view(step: StepRecord, previous: StepRecord | None, tokenizers: Tokeniz
               for i, t, lp in zip(step.action_ids, texts, logprobs, strict=False)]
     extends: bool | None = None
     new_obs = len(step.observation_ids)
-    if previous is not None:
+    if previous is not None:  # the parent step when there is one, else the step before
         before = [*previous.observation_ids, *previous.action_ids]
         extends = step.observation_ids[: len(before)] == before
         if extends:
@@ -98,7 +99,7 @@ def step_view(step: StepRecord, previous: StepRecord | None, tokenizers: Tokeniz
         **step_fields(step), seen_differs=bool(seen) and seen != sent, seen_diff=diff, n_dropped=dropped,
         n_observation=len(step.observation_ids), n_new_observation=new_obs,
         n_feedback=len(step.feedback_ids) if step.feedback_ids is not None else None,
-        extends_previous=extends, action_tokens=tokens,
+        extends_previous=extends, compared_to=None if previous is None else previous.index, action_tokens=tokens,
     )
 
 
@@ -107,9 +108,17 @@ def session_detail(record: SessionRecord, summary: Any, tokenizers: Tokenizers) 
 
     path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
     steps = sorted(record.steps, key=lambda s: s.index)
-    views = [step_view(s, steps[i - 1] if i else None, tokenizers, path) for i, s in enumerate(steps)]
+    by_index = {s.index: s for s in steps}
+    views = [step_view(s, by_index.get(s.parent_index) if s.parent_index is not None else steps[i - 1] if i else None,
+                       tokenizers, path) for i, s in enumerate(steps)]
+    branches, superseded = session_branches(steps)
+    branch_of = {i: b.id for b in branches for i in b.steps}
+    for view in views:
+        view.branch = branch_of.get(view.index)
+        view.children = [s.index for s in steps if s.parent_index == view.index and s.index in branch_of]
     rewards = [RewardView(name=r.name, value=r.value, step_index=r.step_index, source=r.source) for r in record.rewards]
     return SessionDetail(session=summary, metadata=record.metadata or {}, rewards=rewards, steps=views,
+                         branches=branches, superseded_steps=superseded,
                          tokenizer=path if tokenizers.get(path) is not None else None)
 
 
@@ -157,7 +166,8 @@ def _row_view(prompt: list[int], response: list[int], mask: list[int], logprobs:
 
 
 def _prefix_rows(record: SessionRecord, layout: str) -> list[Row]:
-    """Fallback without the trainer: one row per step, or steps merged while each extends the row."""
+    """Fallback without the trainer: one row per step, or each step merged into the row of the step it
+    continues (its parent step's row, one row per branch) while it extends that row token for token."""
     rows: list[Row] = []
     counts: Counter[str] = Counter()
     for step in sorted(record.steps, key=lambda s: s.index):
@@ -165,8 +175,11 @@ def _prefix_rows(record: SessionRecord, layout: str) -> list[Row]:
             counts["skipped"] += 1
             continue
         logprobs = list(step.action_logprobs or [0.0] * len(step.action_ids))
-        if rows and layout == "merged" and not step.drift:
-            prompt, response, mask, lps, segments = rows[-1]
+        # the row this step continues: the one ending with its parent step (or the last row, without a parent)
+        target = next((r for r in rows if r[4][-1][0] == step.parent_index), None) \
+            if step.parent_index is not None else rows[-1] if rows else None
+        if target is not None and layout == "merged" and not step.drift:
+            prompt, response, mask, lps, segments = target
             full = [*prompt, *response]
             if step.observation_ids[: len(full)] == full:
                 feedback = step.observation_ids[len(full):]

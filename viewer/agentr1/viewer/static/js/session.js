@@ -1,5 +1,7 @@
 // One session as its steps: messages sent and seen, the sampled action, its tokens coloured by
-// logprob, feedback and rewards; then the session as the trainer's rows with the training mask.
+// logprob, feedback and rewards; its branch tree when it forked; then the session as the trainer's rows
+// with the training mask.
+import { branchTree, filterRows, selectBranch } from "./branches.js";
 import {
   api, badge, errorBox, fmt, h, link, logprobLegend, messageView, setCrumbs, short, stat, tokenSpan, toolCallView, fill,
 } from "./util.js";
@@ -17,15 +19,19 @@ export async function renderSession(main, sessionId) {
       stat("group", s.group_id ? link(`/groups/${encodeURIComponent(s.group_id)}?run=${encodeURIComponent(s.run_id || "")}`, short(s.group_id)) : "-"),
       stat("reward", h("span", { id: "session-reward" }, fmt(s.reward))),
       stat("steps", s.n_steps), stat("policy at start", `v${s.policy_version}`),
-      stat("drifted steps", detail.steps.filter((st) => st.drift).length)),
+      stat("drifted steps", detail.steps.filter((st) => st.drift).length),
+      stat("branches", h("span", { id: "n-branches" }, detail.branches.length))),
     s.error ? errorBox(`error: ${s.error}`) : null,
     rewardsView(detail.rewards),
     h("p", { class: "muted" }, detail.tokenizer ? `tokens decoded with ${detail.tokenizer}` :
       "no tokenizer: token ids are shown as #id (start the viewer with --tokenizer MODEL_DIR)"),
     logprobLegend(),
+    branchTree(detail, main),
     detail.steps.map(stepView),
     h("h2", {}, "Training rows (what the trainer sees)"),
     rowsBox);
+  const chosen = new URLSearchParams(location.search).get("branch");
+  if (chosen !== null && detail.branches.length > 1) selectBranch(main, detail, Number(chosen), { push: false });
   if (location.hash) document.querySelector(location.hash)?.scrollIntoView();
   renderRows(rowsBox, sessionId, "merged");
 }
@@ -46,6 +52,7 @@ function stepView(step) {
   return h("section", { class: "card step", id: `step-${step.index}`, dataset: { step: step.index } },
     h("div", { class: "head" },
       h("h3", {}, `Step ${step.index}`),
+      step.branch !== null ? badge(`branch ${step.branch}`, "branch") : badge("superseded by a retry", "drift"),
       badge(`policy v${step.policy_version}`, ""),
       step.finish_reason ? badge(`finish: ${step.finish_reason}`, "") : null,
       step.drift ? badge("drift: history rewritten, prompt re-rendered", "drift") : null,
@@ -54,7 +61,7 @@ function stepView(step) {
     h("div", { class: "kv" },
       h("span", {}, "reward ", h("b", { class: "step-reward" }, fmt(step.reward))),
       h("span", {}, "observation ", h("b", {}, step.n_observation), " tokens",
-        step.extends_previous === null ? "" : step.extends_previous ? ` (${step.n_new_observation} new, extends step ${step.index - 1})` : " (does not extend the previous step)"),
+        step.extends_previous === null ? "" : step.extends_previous ? ` (${step.n_new_observation} new, extends step ${step.compared_to})` : ` (does not extend step ${step.compared_to})`),
       h("span", {}, "action ", h("b", {}, tokens.length), " tokens"),
       meanLp !== null ? h("span", {}, "mean logprob ", h("b", {}, fmt(meanLp))) : null,
       step.latency_ms !== null ? h("span", {}, "latency ", h("b", {}, `${fmt(step.latency_ms, 0)} ms`)) : null,
@@ -73,6 +80,9 @@ function stepView(step) {
       (action.tool_calls || []).length ? h("div", { class: "tool-calls" }, h("div", { class: "muted" }, "tool calls"), action.tool_calls.map(toolCallView)) : null),
     h("details", { open: true }, h("summary", {}, "sampled tokens (mask 1), coloured by logprob"),
       h("div", { class: "tokens action-tokens", dataset: { step: step.index } }, tokens.map((t) => tokenSpan(t)))),
+    step.children.length > 1 ? h("p", { class: "forked" }, badge("forked", "branch"),
+      ` continued by steps ${step.children.join(", ")}; the feedback below is the last one's (step ${step.children.at(-1)}), ` +
+      "each continuation's own is in its observation") : null,
     step.feedback_messages ? h("div", {}, h("h3", {}, "Feedback (e", h("sub", {}, "t"), ")",
       h("span", { class: "muted" }, step.n_feedback !== null ? ` · ${step.n_feedback} tokens` : "")),
     h("div", { class: "feedback" }, step.feedback_messages.map((m) => messageView(m)))) : null,
@@ -109,6 +119,7 @@ async function renderRows(box, sessionId, layout) {
       h("details", {}, h("summary", {}, `prompt: ${row.prompt_len} tokens (mask 0)`),
         h("div", { class: "tokens prompt-tokens" }, row.tokens.slice(0, row.prompt_len).map((t) => tokenSpan(t, { showMask: true })))),
       h("div", { class: "tokens response-tokens" }, row.tokens.slice(row.prompt_len).map((t) => tokenSpan(t, { showMask: true }))))));
+  filterRows(box.closest("#app"));
 }
 
 function maskStrip(tokens) {
