@@ -4,8 +4,10 @@
 The gateway is :class:`agentr1.gateway.EmbeddedGateway` on :func:`gateway_settings` (the same
 settings as ``agentr1 gateway``'s flags, so the backend comes from the same factory):
 
-- ``local``: the embedded engine in this process (:class:`~agentr1.gateway.backends.LocalBackend`);
-  weights move to it as tensors.
+- ``local``: the embedded engine (:class:`~agentr1.gateway.backends.LocalBackend`); weights move to
+  it as tensors. ``engine_process`` runs it in a child process of its own: in this process the
+  gateway's event loop and the agents hold the GIL most of a rollout, and an engine thread waits for
+  it around every torch op (``bench/rollout_bench.py`` measures both).
 - ``sglang`` / ``vllm``: the gateway's remote backend (health checks, retries, failover, sticky
   routing) over ``rollout.urls``, or over SGLang servers this job starts and supervises
   (``rollout.launch``: the gateway's ``launch``, as ``agentr1 gateway --launch``). Weights move as a
@@ -26,16 +28,18 @@ directory is written from the trainer's side, which never blocks the gateway whi
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentr1.core import resolve_model
 from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
 
-__all__ = ["Serving", "gateway_settings", "start_serving"]
+__all__ = ["Serving", "engine_in_process", "gateway_settings", "start_serving"]
 
 log = logging.getLogger("agentr1.trainer.serving")
 
@@ -121,10 +125,35 @@ def gateway_settings(cfg: JobConfig, *, model: Path | str, run_id: str, log_dir:
 
 
 def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_from: Path, *, run_id: str,
-                  policy_version: int, log_dir: Path) -> Serving:
+                  policy_version: int, log_dir: Path, engine_process: bool | None = None) -> Serving:
     """Start the backend ``cfg.actor_rollout_ref.rollout`` selects (launching SGLang servers first when
     asked) behind an embedded gateway on a free loopback port. ``serve_from``: the weights the embedded
-    engine loads (launched servers start from ``model_path``; :meth:`Serving.align` brings them up to date)."""
+    engine loads (launched servers start from ``model_path``; :meth:`Serving.align` brings them up to date).
+    ``engine_process``: the local engine in a process of its own (None: :func:`engine_in_process`)."""
     local = cfg.actor_rollout_ref.rollout.name == "local"
     settings = gateway_settings(cfg, model=serve_from if local else model_path, run_id=run_id, log_dir=log_dir)
-    return Serving(EmbeddedGateway(settings, store=store, policy_version=policy_version).start())
+    backend = None
+    if local:
+        from agentr1.gateway.backends import LocalBackend
+
+        separate = engine_in_process(settings.device) if engine_process is None else engine_process
+        backend = LocalBackend(resolve_model(settings.model), device=settings.device,
+                               max_batch_size=settings.max_batch_size, model_name=settings.served_model_name,
+                               policy_version=policy_version, engine_process=separate)
+    return Serving(EmbeddedGateway(settings, store=store, backend=backend, owns_backend=True,
+                                   policy_version=policy_version).start())
+
+
+def engine_in_process(device: str) -> bool:
+    """Whether the local engine gets a process of its own by default: ``AGENTR1_ENGINE_PROCESS`` (1/0)
+    if set, else on a GPU."""
+    value = os.environ.get("AGENTR1_ENGINE_PROCESS", "").strip().lower()
+    if value:
+        return value not in ("0", "false", "no", "off")
+    return device.startswith("cuda") or (device == "auto" and _has_cuda())
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -135,6 +135,7 @@ class LocalBackend:
         exact: bool | None = None,
         cuda_graphs: bool = True,
         compile: bool = False,
+        engine_process: bool = False,
     ) -> None:
         from transformers import AutoConfig
 
@@ -158,6 +159,14 @@ class LocalBackend:
             "prefix_cache": prefix_cache, "cache_bytes": cache_bytes, "exact": exact, "cuda_graphs": cuda_graphs,
             "compile": compile,
         }
+        # engine_process: the engine runs in a child process of its own (_engine_process.py), the same
+        # LocalBackend there on these arguments; this one queues, pauses and forwards
+        self.engine_process = engine_process
+        self._child_options: dict[str, Any] = {
+            "device": str(self.device), "dtype": self.dtype, "max_batch_size": max_batch_size,
+            "max_context": self.max_context, "max_queue": max_queue, "model_name": self.model_name,
+            "num_threads": num_threads, **self.engine_options}
+        self._remote: Any = None  # the EngineProcess, with engine_process
         self.stats = EngineStats()
         self.model: Any = None
         self.tokenizer: Any = None
@@ -194,6 +203,9 @@ class LocalBackend:
 
             started = time.monotonic()
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            if self.engine_process:
+                self._start_process()
+                return
             auto = AutoModelForImageTextToText if self.accepts_images else AutoModelForCausalLM
             model = auto.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation="sdpa")
             self.model = model.to(self.device).eval()
@@ -226,31 +238,63 @@ class LocalBackend:
                 time.monotonic() - started,
             )
 
+    def _start_process(self) -> None:
+        from ._engine_process import EngineProcess, feed
+
+        started = time.monotonic()
+        self._remote = EngineProcess(str(self.model_path), {**self._child_options, "policy_version":
+                                     self._policy_version}, self.stats, self._wake)
+        self._stopping = False
+        self._thread = threading.Thread(target=feed, args=(self, self._remote), name="agentr1-engine-feeder",
+                                        daemon=True)
+        self._thread.start()
+        log.info("local backend: %s on %s (%s) in process %d, ready in %.1f s", self.model_name, self.device,
+                 self.dtype, self._remote.process.pid, time.monotonic() - started)
+
     async def close(self) -> None:
         """Stop the worker: running requests end with ``finish_reason="abort"``, queued ones fail."""
+        await asyncio.to_thread(self.close_sync)
+
+    def close_sync(self) -> None:
         thread = self._thread
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
         if thread is not None:
-            await asyncio.to_thread(thread.join)
+            thread.join()
         self._thread = None
 
     async def ready(self) -> bool:
-        """Loaded, worker alive, not paused and not updating weights."""
+        """Loaded, worker alive (and the engine process, with ``engine_process``), not paused or updating."""
         thread = self._thread
-        return thread is not None and thread.is_alive() and not self._stopping and not self._is_paused()
+        return (thread is not None and thread.is_alive() and not self._stopping and not self._is_paused()
+                and (self._remote is None or self._remote.alive()))
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    def _cancel(self, row: Row) -> None:
+        row.cancelled = True
+        if self._remote is not None:
+            self._remote.cancel(row)
+
+    async def _grammar_of(self, request: GenerateRequest) -> Any:
+        """The row's grammar: compiled here, or the spec the engine process compiles."""
+        if request.grammar is None or self._remote is not None:
+            return request.grammar
+        return await asyncio.to_thread(self._row_grammar, request)
 
     # -- generation -----------------------------------------------------------------------
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        grammar = await asyncio.to_thread(self._row_grammar, request) if request.grammar is not None else None
+        grammar = await self._grammar_of(request)
         row, sink = self._submit(request, streaming=False, grammar=grammar)
         assert sink.future is not None
         try:
             return await sink.future
         except asyncio.CancelledError:
-            row.cancelled = True
+            self._cancel(row)
             raise
 
     def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
@@ -260,7 +304,7 @@ class LocalBackend:
         return self._stream(request)
 
     async def _stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
-        grammar = await asyncio.to_thread(self._row_grammar, request) if request.grammar is not None else None
+        grammar = await self._grammar_of(request)
         row, sink = self._submit(request, streaming=True, grammar=grammar)
         queue = sink.queue
         assert queue is not None
@@ -273,7 +317,7 @@ class LocalBackend:
                 if item.result is not None:
                     return
         finally:
-            row.cancelled = True  # no-op when finished; stops the row if the consumer left early
+            self._cancel(row)  # no-op when finished; stops the row if the consumer left early
 
     def validate(self, request: GenerateRequest) -> None:
         """Raise ValueError (ContextLengthExceeded for length) for requests the engine cannot run."""
@@ -319,6 +363,10 @@ class LocalBackend:
         sink = _Sink(asyncio.get_running_loop(), streaming)
         row = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
                   multimodal=request.multimodal, grammar=grammar)
+        return self.enqueue(row), sink
+
+    def enqueue(self, row: Row) -> Row:
+        """Queue a validated row for the worker (BackendUnavailable: not running, or the queue is full)."""
         with self._cv:
             if self._thread is None or self._stopping:
                 raise BackendUnavailable("the local backend is not running", retry_after=5.0)
@@ -326,7 +374,7 @@ class LocalBackend:
                 raise BackendUnavailable("the local backend queue is full", retry_after=1.0)
             self._queue.append(row)
             self._cv.notify_all()
-        return row, sink
+        return row
 
     # -- pause, resume, weights -----------------------------------------------------------
 
@@ -362,16 +410,27 @@ class LocalBackend:
                 self._cv.notify_all()
 
     def _load_tensors(self, tensors: Mapping[str, torch.Tensor]) -> int:
+        version = self._policy_version + 1
+        if self._remote is not None:
+            self._remote.update_weights(tensors, version)  # the child's load_weights
+            self._policy_version = version
+        else:
+            self.load_weights(tensors, version)
+        log.info("local backend: weights updated, policy version %d", self._policy_version)
+        return self._policy_version
+
+    def load_weights(self, tensors: Mapping[str, torch.Tensor], version: int) -> None:
+        """Copy ``tensors`` into the model in place (the engine's CUDA graphs see them) as ``version``."""
         with self._model_lock:
             if self.model is None:
                 raise BackendUnavailable("the local backend is not started", retry_after=5.0)
-            copy_into(self.model, tensors)  # in place: the engine's CUDA graphs see the new weights
-            self._policy_version += 1
+            copy_into(self.model, tensors)
+            self._policy_version = version
             if self._engine is not None:
                 self._engine.forget_prefixes()  # their keys and values came from the old weights
-                self._engine.policy_version = self._policy_version
-        log.info("local backend: weights updated, policy version %d", self._policy_version)
-        return self._policy_version
+                self._engine.policy_version = version
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the tensors may be the trainer's (CUDA IPC): copied now
 
     def _is_paused(self) -> bool:
         return self._paused or self._updating > 0

@@ -1,0 +1,324 @@
+"""Rollout speed inside ``agentr1 train`` against the engine alone, in one run.
+
+    .venv/bin/python bench/rollout_bench.py                                  # tiny random model, CPU
+    .venv/bin/python bench/rollout_bench.py --model smollm2 --sessions 16 --n 4
+    .venv/bin/python bench/rollout_bench.py --device cuda --model smollm2 --sessions 128 --n 8   # the H200 run
+
+The rollout is the trainer's own path: :func:`agentr1.trainer.serving.start_serving` (the embedded
+gateway and the ``local`` engine, as ``agentr1 train`` starts them) and
+:func:`agentr1.trainer.rollout.collect` running the job's agent (``--job chains``: ``agentr1.envs:
+run_task`` in the chains ``ChainEnv``, async, one OpenAI client per session; ``--job calculator``: the
+calculator example's sync agent in the trainer's thread pool) for ``--sessions`` sessions at once.
+``--turns K`` makes every chains session take exactly K model calls (a random model rarely calls the
+tool; the trained H200 policy made ~3.6 calls a session).
+
+Every engine request of the rollout is recorded (prompt ids, sampling, output length) and then
+replayed on the same engine with no gateway and no agents: each session's calls in order, all
+sessions at once (``max_new_tokens`` = the length sampled in the rollout). The ratio of the two
+sampled-token rates is what the rollout path costs. The two alternate ``--repeat`` times.
+
+Breakdown: CPU seconds of each thread during the rollout (engine worker, gateway event loop, agents'
+event loop, thread pools), the engine's forward passes and prefills per call, the time calls spend in
+the engine (submit to result) against the rollout's wall time. ``--pyspy FILE`` also records the
+rollout with py-spy (``--gil``: only samples holding the GIL) as collapsed stacks.
+
+Prints a markdown summary, then one JSON line (the last line of the output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the examples package
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from examples.chains.env import ChainEnv  # noqa: E402
+
+from agentr1.core import resolve_model  # noqa: E402
+from agentr1.envs import StepResult, register_env  # noqa: E402
+from agentr1.sdk import configure  # noqa: E402
+from agentr1.store import TraceStore  # noqa: E402
+from agentr1.trainer.config import JobConfig  # noqa: E402
+from agentr1.trainer.rollout import AgentRunner, collect  # noqa: E402
+from agentr1.trainer.serving import start_serving  # noqa: E402
+from agentr1.trainer.tasks import load_tasks  # noqa: E402
+
+JOBS = {"chains": ROOT / "examples/chains/train.yaml", "calculator": ROOT / "examples/calculator/train.yaml"}
+
+
+@register_env("bench_fixed_turns_chain")
+class FixedTurnsChain(ChainEnv):
+    """The chains environment, but every episode takes exactly ``turns`` model calls: an answer
+    without a tool call before the last turn is followed by a user message asking to check it."""
+
+    def __init__(self, task: dict[str, Any], *, turns: int = 4, **kwargs: Any) -> None:
+        super().__init__(task, **kwargs)
+        self.turns, self.calls = turns, 0
+
+    async def step(self, action: dict[str, Any]) -> StepResult:
+        result = await super().step(action)
+        self.calls += 1
+        if self.calls >= self.turns:
+            return StepResult(result.observation, result.reward, True, result.info)
+        if result.done:
+            self.history.append({"role": "user", "content": "Check that with the calculator, then answer again."})
+            return StepResult(self.build_observation(), 0.0, False, result.info)
+        return result
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+class Recorder:
+    """Wraps the backend's ``generate``/``stream`` on the instance: every request, its output length
+    and the seconds it spent in the engine."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend, self.calls = backend, []
+        self.generate, self.stream = backend.generate, backend.stream
+        backend.generate, backend.stream = self._generate, self._stream
+
+    async def _generate(self, request: Any) -> Any:
+        started = time.perf_counter()
+        result = await self.generate(request)
+        self.calls.append((request, len(result.output_ids), time.perf_counter() - started))
+        return result
+
+    async def _stream(self, request: Any) -> Any:
+        started, n = time.perf_counter(), 0
+        async for delta in self.stream(request):
+            n += len(delta.token_ids)
+            yield delta
+        self.calls.append((request, n, time.perf_counter() - started))
+
+    def take(self) -> list[tuple[Any, int, float]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds used so far by each live thread of this process, by thread name (Linux)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(task.name), "native")
+        name = "pool" if name.startswith(("ThreadPoolExecutor", "asyncio_")) else name
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after[k] - before.get(k, 0.0), 2) for k in sorted(after) if after[k] - before.get(k, 0.0) > 0.005}
+
+
+def engine_counters(backend: Any) -> dict[str, int]:
+    s = backend.stats
+    return {k: int(getattr(s, k)) for k in ("forward_passes", "prefill_passes", "prefill_tokens", "cached_tokens",
+                                            "decode_steps", "tokens_generated")}
+
+
+# -- the two runs ---------------------------------------------------------------------------------
+
+async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int,
+                  run_id: str, step: int, pyspy: str | None, gil: bool) -> dict[str, Any]:
+    backend = serving.backend
+    counters, cpu = engine_counters(backend), thread_cpu()
+    spy = None
+    if pyspy:
+        cmd = [os.environ.get("PYSPY") or shutil.which("py-spy") or "py-spy", "record", "--pid", str(os.getpid()), "--format", "raw",
+               "--output", pyspy, "--threads", "--rate", "200", "--nonblocking"] + (["--gil"] if gil else [])
+        spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(1.0)
+    report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=len(tasks) * n)
+    if spy is not None:
+        spy.send_signal(2)
+        spy.wait(timeout=60)
+    calls = recorder.take()
+    tokens = sum(c[1] for c in calls)
+    after = engine_counters(backend)
+    delta = {k: after[k] - counters[k] for k in after}
+    return {"seconds": round(report.seconds, 3), "sessions": len(report.sessions), "failed": report.failed,
+            "errors": report.errors[:2], "calls": len(calls), "tokens": tokens,
+            "tokens_per_s": round(tokens / report.seconds, 1),
+            "engine_s_per_call": round(sum(c[2] for c in calls) / max(1, len(calls)), 4),
+            "prefill_tokens_per_call": round(delta["prefill_tokens"] / max(1, len(calls)), 1),
+            "cached_tokens_per_call": round(delta["cached_tokens"] / max(1, len(calls)), 1),
+            "forwards": delta["forward_passes"], "decode_steps": delta["decode_steps"],
+            "prefill_passes": delta["prefill_passes"],
+            "tokens_per_decode_step": round(delta["tokens_generated"] / max(1, delta["decode_steps"]), 2),
+            "thread_cpu_s": cpu_delta(cpu, thread_cpu())}, calls
+
+
+async def engine_only(backend: Any, calls: list[tuple[Any, int, float]]) -> dict[str, Any]:
+    """The rollout's requests on the engine alone: each session's calls in order, all sessions at once."""
+    sessions: dict[str, list[Any]] = {}
+    for i, (request, length, _) in enumerate(calls):
+        sessions.setdefault(request.session_id or f"call-{i}", []).append(
+            replace(request, sampling=replace(request.sampling, max_new_tokens=max(1, length))))
+    counters, cpu = engine_counters(backend), thread_cpu()
+
+    async def one(requests: list[Any]) -> int:
+        return sum([len((await backend.generate(r)).output_ids) for r in requests])
+
+    started = time.perf_counter()
+    tokens = sum(await asyncio.gather(*(one(rs) for rs in sessions.values())))
+    seconds = time.perf_counter() - started
+    after = engine_counters(backend)
+    return {"seconds": round(seconds, 3), "calls": len(calls), "tokens": tokens,
+            "tokens_per_s": round(tokens / seconds, 1), "forwards": after["forward_passes"] - counters["forward_passes"],
+            "decode_steps": after["decode_steps"] - counters["decode_steps"],
+            "tokens_per_decode_step": round((after["tokens_generated"] - counters["tokens_generated"])
+                                            / max(1, after["decode_steps"] - counters["decode_steps"]), 2),
+            "thread_cpu_s": cpu_delta(cpu, thread_cpu())}
+
+
+def job_config(args: argparse.Namespace, model: Path, out: Path) -> JobConfig:
+    overrides = [f"db=sqlite:///{out / 'traces.db'}", f"actor_rollout_ref.model={model}",
+                 f"actor_rollout_ref.rollout.n={args.n}", f"actor_rollout_ref.rollout.max_concurrency={args.sessions}",
+                 f"trainer.device={args.device}", f"trainer.default_local_dir={out}",
+                 f"data.train_size={max(64, args.sessions)}", "data.val_size=8"]
+    return JobConfig.from_yaml(JOBS[args.job], overrides)
+
+
+def bench_tasks(cfg: JobConfig, args: argparse.Namespace) -> list[dict[str, Any]]:
+    tasks = load_tasks(cfg.data, "train")[: max(1, args.sessions // args.n)]
+    if args.tokens:
+        for task in tasks:
+            task.setdefault("env_kwargs", {}).setdefault("sampling", {})["max_tokens"] = args.tokens
+    if args.turns and args.job == "chains":
+        for task in tasks:
+            task["agent_name"] = "bench_fixed_turns_chain"
+            task["env_kwargs"]["turns"] = args.turns
+            task["env_kwargs"]["max_steps"] = args.turns + 1
+    return tasks
+
+
+async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, model: Path, out: Path,
+                   mode: str) -> dict[str, Any]:
+    """Serving as ``agentr1 train`` starts it, the engine in a thread or a process of its own."""
+    run_id = f"rollout-bench-{mode}-{int(time.time())}"
+    store.ensure_run(run_id, "rollout-bench")
+    started = time.perf_counter()
+    serving = start_serving(cfg, store, model, model, run_id=run_id, policy_version=0, log_dir=out / "servers",
+                            engine_process=mode == "process")
+    load_s = time.perf_counter() - started
+    try:
+        configure(serving.url)
+        recorder = Recorder(serving.backend)
+        runner = AgentRunner(cfg.agent)
+        tasks = bench_tasks(cfg, args)
+        # warm-up: a few sessions through the whole path (first forwards, graph captures, client pools)
+        await rollout(serving, recorder, runner, tasks[:2], n=min(args.n, 2), run_id=run_id, step=0, pyspy=None,
+                      gil=False)
+        pairs = []
+        for k in range(args.repeat):
+            pyspy = args.pyspy if k == args.repeat - 1 else None
+            r, calls = await rollout(serving, recorder, runner, tasks, n=args.n, run_id=run_id, step=k + 1,
+                                     pyspy=pyspy, gil=args.gil)
+            e = await engine_only(serving.backend, calls)
+            pairs.append({"rollout": r, "engine_only": e, "ratio": round(r["tokens_per_s"] / e["tokens_per_s"], 3)})
+    finally:
+        serving.close()
+    best = max(pairs, key=lambda p: p["ratio"])
+    return {"mode": mode, "load_s": round(load_s, 1), "ratio": best["ratio"], "ratios": [p["ratio"] for p in pairs],
+            "rollout_tokens_per_s": best["rollout"]["tokens_per_s"],
+            "engine_tokens_per_s": best["engine_only"]["tokens_per_s"], "rollout_s": best["rollout"]["seconds"],
+            "runs": pairs}
+
+
+async def main_async(args: argparse.Namespace, model: Path, out: Path) -> dict[str, Any]:
+    cfg = job_config(args, model, out)
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=args.sessions + 4))  # as loop.py
+    store = TraceStore.open(cfg.db)
+    modes = [await one_mode(args, cfg, store, model, out, mode) for mode in args.modes.split(",")]
+    return {"bench": "rollout", "job": args.job, "model": args.model, "device": args.device,
+            "sessions": args.sessions // args.n * args.n, "n": args.n, "turns": args.turns,
+            "tokens_per_call": args.tokens, **{f"ratio_{m['mode']}": m["ratio"] for m in modes},
+            **{f"rollout_tokens_per_s_{m['mode']}": m["rollout_tokens_per_s"] for m in modes}, "modes": modes,
+            "loadavg_at_start": args.loadavg, "host": platform.node(), "commit": commit()}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [f"rollout bench: {result['job']}, {result['model']} on {result['device']}, {result['sessions']} sessions "
+             f"(load average at start {result['loadavg_at_start']})", "",
+             "| run | wall s | calls | tokens | tokens/s | ratio | prefill/call | cached/call | tok/step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    runs = [(f"{m['mode']} {i}", p) for m in result["modes"] for i, p in enumerate(m["runs"])]
+    for i, p in runs:
+        r, e = p["rollout"], p["engine_only"]
+        lines.append(f"| rollout {i} | {r['seconds']} | {r['calls']} | {r['tokens']} | {r['tokens_per_s']} | "
+                     f"{p['ratio']} | {r['prefill_tokens_per_call']} | {r['cached_tokens_per_call']} | "
+                     f"{r['tokens_per_decode_step']} |")
+        lines.append(f"| engine only {i} | {e['seconds']} | {e['calls']} | {e['tokens']} | {e['tokens_per_s']} | | | | "
+                     f"{e['tokens_per_decode_step']} |")
+        lines.append(f"|  thread CPU s | rollout {r['thread_cpu_s']} engine-only {e['thread_cpu_s']} |||||||")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="tiny (a random 2-layer Llama), smollm2, or a HF directory")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--job", choices=sorted(JOBS), default="chains")
+    parser.add_argument("--sessions", type=int, default=32, help="concurrent sessions (tasks x n)")
+    parser.add_argument("--n", type=int, default=4, help="samples per task (GRPO group size)")
+    parser.add_argument("--turns", type=int, default=4, help="chains: model calls per session (0: as the model goes)")
+    parser.add_argument("--tokens", type=int, default=0, help="max tokens per call (0: the job's own, 64)")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--modes", default="thread,process",
+                        help="where the engine runs, compared in this order: thread (in the trainer's process), process")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads of the process (0: torch's default, all cores; 1 on a shared CPU)")
+    parser.add_argument("--pyspy", default=None, help="record the last rollout with py-spy to this file (raw stacks)")
+    parser.add_argument("--gil", action="store_true", help="with --pyspy: only samples holding the GIL")
+    args = parser.parse_args()
+    args.loadavg = round(os.getloadavg()[0], 2)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)  # the engine's worker thread inherits it
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # and an engine process
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
+        out = Path(tmp)
+        if args.model == "tiny":
+            from agentr1.core.models import build_tiny_random_model
+
+            model = build_tiny_random_model(out / "tiny")
+        else:
+            model = resolve_model(args.model)
+        result = asyncio.run(main_async(args, model, out))
+    print(markdown(result))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

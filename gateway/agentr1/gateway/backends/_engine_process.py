@@ -1,0 +1,268 @@
+"""The local engine in a process of its own (``LocalBackend(engine_process=True)``).
+
+Why: the engine's worker thread releases the GIL around every torch op (a decode step is dozens of
+them, a prefill hundreds) and must take it back each time. In the process of a training job the
+gateway's event loop and the agents' threads hold the GIL most of the time while a rollout runs,
+and each take-back waits up to the interpreter's switch interval (5 ms): the engine then runs at a
+fraction of its own speed. In a child process the engine has a GIL of its own.
+
+The child runs an ordinary (threaded) :class:`~.local.LocalBackend` on the same arguments; its main
+thread reads requests from a pipe and queues them as rows whose sink sends the tokens back. The
+parent's :class:`EngineProcess` keeps the rows in flight and hands what comes back to their sinks
+from a reader thread. Weights go over the same pipe as tensors (CUDA tensors as IPC handles, CPU
+tensors through shared memory) and are copied in place by the child exactly as in a thread
+(:func:`~._weights.copy_into`); the parent keeps the policy version and tells the child, so every
+result carries the version that sampled it. The child's counters come back with every result.
+Spawned (not forked): a CUDA context cannot be forked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import queue
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ._rows import EngineStats, Row
+from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult
+
+__all__ = ["EngineProcess", "feed"]
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 600.0
+
+
+def _error_of(kind: str, message: str, status: int, retry_after: float | None) -> BackendError:
+    if kind == "unavailable":
+        return BackendUnavailable(message, retry_after=retry_after or 1.0)
+    return BackendError(message, status_code=status, retry_after=retry_after)
+
+
+def _error_fields(exc: BaseException) -> tuple[str, str, int, float | None]:
+    if isinstance(exc, BackendUnavailable):
+        return "unavailable", str(exc), 503, exc.retry_after
+    if isinstance(exc, BackendError):
+        return "backend", str(exc), exc.status_code, exc.retry_after
+    return "backend", f"local engine failed: {type(exc).__name__}: {exc}", 502, None
+
+
+class EngineProcess:
+    """The parent's side: start the child, send it rows, deliver what it answers."""
+
+    def __init__(self, model_path: str, options: dict[str, Any], stats: EngineStats,
+                 on_finished: Callable[[], None]) -> None:
+        context = multiprocessing.get_context("spawn")
+        import torch.multiprocessing  # noqa: F401  (tensors pickle as shared memory / CUDA IPC handles)
+
+        self.conn, child = context.Pipe(duplex=True)
+        self.process = context.Process(target=serve, args=(child, model_path, options), daemon=True,
+                                       name="agentr1-engine")
+        self.process.start()
+        child.close()
+        self.stats, self.on_finished = stats, on_finished
+        self.rows: dict[int, Row] = {}
+        self._ids = itertools.count()
+        self._send_lock = threading.Lock()
+        self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        if not self.conn.poll(START_TIMEOUT_S):
+            self.process.kill()
+            raise BackendError(f"the engine process did not start within {START_TIMEOUT_S:.0f} s")
+        first = self.conn.recv()
+        if first[0] != "ready":
+            self.process.join(timeout=10)
+            raise BackendError(f"the engine process failed to start: {first[1]}")
+        self._reader = threading.Thread(target=self._read, name="agentr1-engine-reader", daemon=True)
+        self._reader.start()
+
+    def alive(self) -> bool:
+        return self.process.is_alive() and self._reader.is_alive()
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self.conn.send(message)
+
+    def submit(self, row: Row) -> None:
+        """Send ``row`` to the child (its ``grammar`` holds the request's GrammarSpec, compiled there)."""
+        rid = next(self._ids)
+        row.slot = rid  # the parent's rows have no cache slot: the id names it in messages
+        self.rows[rid] = row
+        request = GenerateRequest(row.prompt_ids, row.sampling, request_id=row.request_id,
+                                  multimodal=row.multimodal, grammar=row.grammar)
+        try:
+            self._send(("submit", rid, request, getattr(row.sink, "queue", None) is not None))
+        except (OSError, ValueError) as exc:
+            self.rows.pop(rid, None)
+            row.sink.error(BackendUnavailable(f"the engine process is gone: {exc}", retry_after=5.0))
+            self.on_finished()
+
+    def cancel(self, row: Row) -> None:
+        if self.rows.pop(row.slot, None) is row:
+            try:
+                self._send(("cancel", row.slot))
+            except (OSError, ValueError):
+                pass
+            self.on_finished()
+
+    def update_weights(self, tensors: Mapping[str, Any], version: int) -> None:
+        """Copy ``tensors`` into the child's model (it must be idle); raises what the child raised."""
+        shipped = {name: t.detach() if t.is_cuda else t.detach().clone() for name, t in tensors.items()}
+        self._send(("weights", shipped, version))
+        reply = self._replies.get()
+        if reply[0] != "ok":
+            raise ValueError(reply[1]) if reply[0] == "invalid" else _error_of(*reply[1:])
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the child: its running rows end with ``finish_reason="abort"``."""
+        try:
+            self._send(("stop",))
+        except (OSError, ValueError):
+            pass
+        self._reader.join(timeout)
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+        self.conn.close()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "delta":
+                row = self.rows.get(message[1])
+                if row is not None:
+                    row.sink.delta(message[2], message[3])
+            elif kind in ("result", "error"):
+                self.stats.__dict__.update(message[-1])
+                row = self.rows.pop(message[1], None)
+                if row is None:
+                    continue
+                if kind == "result":
+                    row.sink.result(message[2], message[3], message[4])
+                else:
+                    row.sink.error(_error_of(*message[2:6]))
+                self.on_finished()
+            elif kind == "weights":
+                self._replies.put(message[1:])
+            elif kind == "closed":
+                break
+        gone = BackendUnavailable("the engine process has stopped", retry_after=5.0)
+        for rid in list(self.rows):
+            row = self.rows.pop(rid, None)
+            if row is not None:
+                row.sink.error(gone)
+        self._replies.put(("failed", "unavailable", "the engine process has stopped", 503, 5.0))
+        self.on_finished()
+
+
+# -- the child ------------------------------------------------------------------------------------
+
+class _PipeSink:
+    """A child row's sink: its tokens go to the parent."""
+
+    def __init__(self, send: Callable[[tuple[Any, ...]], None], rid: int, streaming: bool, stats: EngineStats,
+                 rows: dict[int, Row]) -> None:
+        self.send, self.rid, self.streaming, self.stats, self.rows = send, rid, streaming, stats, rows
+
+    def delta(self, token_ids: list[int], logprobs: list[float]) -> None:
+        if self.streaming:
+            self.send(("delta", self.rid, list(token_ids), list(logprobs)))
+
+    def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
+        self.rows.pop(self.rid, None)
+        self.send(("result", self.rid, result, list(token_ids), list(logprobs), dict(self.stats.__dict__)))
+
+    def error(self, exc: BaseException) -> None:
+        self.rows.pop(self.rid, None)
+        self.send(("error", self.rid, *_error_fields(exc), dict(self.stats.__dict__)))
+
+
+def serve(conn: Any, model_path: str, options: dict[str, Any]) -> None:
+    """The child's main: a threaded LocalBackend fed from ``conn`` until "stop" or the parent is gone."""
+    from .local import LocalBackend
+
+    try:
+        backend = LocalBackend(model_path, **options)
+        backend.start_sync()
+    except Exception:
+        conn.send(("failed", traceback.format_exc(limit=5)))
+        return
+    lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with lock:
+            try:
+                conn.send(message)
+            except (OSError, ValueError):  # the parent is gone
+                pass
+
+    rows: dict[int, Row] = {}
+    send(("ready",))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        kind = message[0]
+        if kind == "submit":
+            _, rid, request, streaming = message
+            sink = _PipeSink(send, rid, streaming, backend.stats, rows)
+            try:
+                grammar = backend._row_grammar(request) if request.grammar is not None else None
+                rows[rid] = backend.enqueue(Row(list(request.prompt_ids), request.sampling, sink,
+                                                request_id=request.request_id, multimodal=request.multimodal,
+                                                grammar=grammar))
+            except Exception as exc:
+                sink.error(exc)
+        elif kind == "cancel":
+            row = rows.pop(message[1], None)
+            if row is not None:
+                row.cancelled = True
+        elif kind == "weights":
+            _, tensors, version = message
+            try:
+                backend.load_weights(tensors, version)
+                send(("weights", "ok"))
+            except ValueError as exc:
+                send(("weights", "invalid", str(exc)))
+            except Exception as exc:
+                send(("weights", "failed", *_error_fields(exc)))
+            del tensors, message
+        elif kind == "stop":
+            break
+    backend.close_sync()
+    send(("closed",))
+    conn.close()
+
+
+def feed(backend: Any, remote: EngineProcess) -> None:
+    """The parent's worker (instead of the engine loop): send queued rows to the child unless paused;
+    ``backend._idle`` is set while nothing is queued for sending or in flight in the child."""
+    cv = backend._cv
+    while True:
+        with cv:
+            while not backend._stopping and (backend._is_paused() or not backend._queue):
+                if not remote.rows:
+                    backend._idle.set()
+                cv.wait()
+            if backend._stopping:
+                break
+            rows = [row for row in backend._queue if not row.cancelled]
+            backend._queue.clear()
+            backend._idle.clear()
+        for row in rows:
+            remote.submit(row)
+    remote.close()
+    with cv:
+        queued = list(backend._queue)
+        backend._queue.clear()
+        backend._idle.set()
+    for row in queued:
+        row.sink.error(BackendUnavailable("the local backend was closed", retry_after=5.0))
