@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from .base import GrammarSpec
@@ -154,10 +155,14 @@ def grammar_mask(rows: Iterable[tuple[int, RowGrammar | None]], logits: torch.Te
     for k, (_, grammar) in enumerate(active):
         grammar.fill(bitmask, k)
     device = logits.device
-    shifts = _SHIFTS.get(device)
-    if shifts is None:
-        shifts = _SHIFTS[device] = torch.arange(32, dtype=torch.int32, device=device)
-    words = bitmask.to(device, non_blocking=True)
-    allowed = ((words[:, :, None] >> shifts) & 1).bool().reshape(len(active), -1)[:, :vocab]
+    if device.type == "cpu":  # numpy unpacks on one thread: torch's ops would wait on busy cores for 32 KB of bits
+        bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
+        allowed = torch.from_numpy(bits[:, :vocab].astype(np.bool_))
+    else:
+        shifts = _SHIFTS.get(device)
+        if shifts is None:
+            shifts = _SHIFTS[device] = torch.arange(32, dtype=torch.int32, device=device)
+        words = bitmask.to(device, non_blocking=True)
+        allowed = ((words[:, :, None] >> shifts) & 1).bool().reshape(len(active), -1)[:, :vocab]
     index = torch.tensor([i for i, _ in active], dtype=torch.long).to(device, non_blocking=True)
     return index, allowed

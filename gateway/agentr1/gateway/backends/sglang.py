@@ -46,7 +46,7 @@ import httpx
 
 from ._http import Retry, Server, check, stream_events, transport_error
 from ._remote import RemoteBase, TokenOutput
-from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
+from .base import BackendError, GenerateRequest, GenerateResult, GrammarSpec, StreamDelta, TokenLogprob
 
 __all__ = ["SGLangBackend"]
 
@@ -71,6 +71,22 @@ def _new(items: list[Any], total: int, seen: int, what: str) -> list[Any]:
     if len(items) == total - seen:
         return items
     raise BackendError(f"SGLang sent {len(items)} {what} for {total} tokens after {seen}: cannot align them")
+
+
+def sglang_constraint(spec: GrammarSpec) -> dict[str, Any]:
+    """A grammar in SGLang's ``sampling_params`` fields (one of json_schema, regex, ebnf: SGLang takes one);
+    forced tool calls go as xgrammar EBNF, which SGLang's default grammar backend (xgrammar) parses."""
+    if spec.kind == "json_object":
+        return {"json_schema": '{"type": "object"}'}
+    if spec.kind == "json_schema":
+        return {"json_schema": spec.value}
+    if spec.kind == "regex":
+        return {"regex": spec.value}
+    if spec.kind == "ebnf":
+        return {"ebnf": spec.value}
+    from ._grammar import to_ebnf
+
+    return {"ebnf": to_ebnf(spec)}
 
 
 class _Output(TokenOutput):
@@ -108,6 +124,7 @@ class SGLangBackend(RemoteBase):
     requests would hold the lock that ``/update_weights_from_disk`` waits for."""
 
     name = "sglang"
+    accepts_grammar = True  # GenerateRequest.grammar -> sampling_params json_schema / regex / ebnf (sglang_constraint)
 
     def __init__(self, urls: list[str] | str, *, model_name: str | None = None, max_context: int | None = None,
                  tokenizer: Any = None, timeout: float = 600.0, retries: int = 3,
@@ -155,6 +172,8 @@ class SGLangBackend(RemoteBase):
             sampling["stop_token_ids"] = list(p.stop_token_ids)
         if p.seed is not None and self.seed_param:
             sampling[self.seed_param] = int(p.seed)
+        if request.grammar is not None:
+            sampling.update(sglang_constraint(request.grammar))
         sampling.update(self.extra_sampling)
         rid = request.request_id or f"agentr1-{uuid.uuid4().hex}"
         body: dict[str, Any] = {"input_ids": list(request.prompt_ids), "sampling_params": sampling,

@@ -40,6 +40,7 @@ later ``openai/completion/protocol.py``; ``entrypoints/openai/api_server.py``, l
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any, Literal
@@ -48,7 +49,7 @@ import httpx
 
 from ._http import Retry, Server, check, error_message, stream_events, transport_error
 from ._remote import RemoteBase, TokenOutput
-from .base import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
+from .base import BackendError, GenerateRequest, GenerateResult, GrammarSpec, StreamDelta, TokenLogprob
 
 __all__ = ["VLLMBackend"]
 
@@ -61,6 +62,23 @@ def _token_id(token: str) -> int:
     if token.startswith("token_id:"):
         return int(token[len("token_id:"):])
     raise BackendError(f"vLLM returned the token {token!r} instead of 'token_id:<id>'")
+
+
+def vllm_constraint(spec: GrammarSpec) -> dict[str, Any]:
+    """A grammar as vLLM's ``structured_outputs`` (vLLM >= 0.12, where the ``guided_*`` fields were removed):
+    json (a schema), json_object, regex or grammar; forced tool calls as xgrammar EBNF (vLLM's default
+    structured-output backend is xgrammar)."""
+    if spec.kind == "json_object":
+        return {"json_object": True}
+    if spec.kind == "json_schema":
+        return {"json": json.loads(spec.value)}
+    if spec.kind == "regex":
+        return {"regex": spec.value}
+    if spec.kind == "ebnf":
+        return {"grammar": spec.value}
+    from ._grammar import to_ebnf
+
+    return {"grammar": to_ebnf(spec)}
 
 
 class _Output(TokenOutput):
@@ -92,6 +110,7 @@ class VLLMBackend(RemoteBase):
     ``extra_body`` is merged into every completion request as it is."""
 
     name = "vllm"
+    accepts_grammar = True  # GenerateRequest.grammar -> structured_outputs (vllm_constraint)
 
     def __init__(self, urls: list[str] | str, *, model_name: str | None = None, max_context: int | None = None,
                  tokenizer: Any = None, timeout: float = 600.0, retries: int = 3,
@@ -126,6 +145,8 @@ class VLLMBackend(RemoteBase):
             body["seed"] = int(p.seed)
         if request.request_id:
             body["request_id"] = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
+        if request.grammar is not None:
+            body["structured_outputs"] = vllm_constraint(request.grammar)
         body.update(self.extra_body)
         return body
 

@@ -33,7 +33,7 @@ CALL_END = "}\n</tool_call>"  # after the arguments object: the call's JSON clos
 
 
 def _canonical(schema: dict[str, Any]) -> str:
-    return json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    return json.dumps(schema, ensure_ascii=False)
 
 
 @functools.lru_cache(maxsize=256)
