@@ -9,7 +9,9 @@
 (b) gateway CPU time per call at turn 1 versus turn 64 of one growing conversation;
 (c) steps per second captured and persisted with the instant backend, SQLite and PostgreSQL,
     checking that every answered call is in the store;
-(d) local engine tokens/s at 1 versus 32 concurrent sessions through the gateway.
+(d) local engine tokens/s at 1 versus 32 concurrent sessions through the gateway;
+(e) overhead per call of each wire format, chat vs Responses vs Anthropic Messages, against the same
+    instant backend in the same run (bench/gateway_apis.py).
 
 The gateway runs in its own process (bench/gateway_server.py), so the load generator's CPU is
 not billed to it; on this 2-core machine the two still share the cores.
@@ -34,6 +36,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from gateway_apis import add_arguments, part_e  # noqa: E402
 from gateway_server import start_server  # noqa: E402
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -232,14 +235,16 @@ def main() -> None:
     parser.add_argument("--c-sessions", type=int, default=64)
     parser.add_argument("--c-turns", type=int, default=20)
     parser.add_argument("--d-tokens", type=int, default=32)
+    add_arguments(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tmp = Path(f"/tmp/agentr1-bench-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    parts = {"a": part_a, "b": part_b, "c": part_c, "d": part_d}
+    parts = {"a": part_a, "b": part_b, "c": part_c, "d": part_d, "e": part_e}
     titles = {"a": "(a) overhead per call", "b": "(b) CPU per call vs conversation length",
               "c": "(c) steps captured and persisted per second (instant backend)",
-              "d": "(d) local engine tokens/s through the gateway"}
+              "d": "(d) local engine tokens/s through the gateway",
+              "e": "(e) overhead per call by API: chat, Responses, Anthropic Messages (instant backend)"}
     for p in args.parts:
         print(f"\n### {titles[p]}\n", flush=True)
         print("\n".join(parts[p](args, tmp)), flush=True)

@@ -135,7 +135,7 @@ def message_input(gw: Gateway, body: MessagesRequest) -> CallInput:
     messages = _canonical(body.system, body.messages)
     sampling = sampling_params(gw.settings, max_tokens=body.max_tokens, temperature=body.temperature,
                                top_p=body.top_p, top_k=body.top_k, stop=body.stop_sequences)
-    sent = [m.model_dump(exclude_none=True) for m in body.messages]
+    sent = body.model_dump(include={"messages"}, exclude_none=True)["messages"]  # one dump: the same dicts
     if body.system:
         sent.insert(0, {"role": "system", "content": body.system})
     return CallInput(endpoint="messages", model=body.model, sampling=sampling, explicit_max_tokens=True,

@@ -57,17 +57,23 @@ def response_log(gw: Gateway) -> ResponseLog:
     return gw.responses
 
 
+_TEXT_PARTS = frozenset(("input_text", "output_text", "text", "summary_text", "reasoning_text"))
+
+
 def _text_of(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
+    if type(content) is list and len(content) == 1:  # the usual turn: one text part (a fast path, same checks)
+        part = content[0]
+        if type(part) is dict and part.get("type") in _TEXT_PARTS and type(text := part.get("text")) is str:
+            return text
     if not isinstance(content, list):
         raise APIError(400, f"{where}.content must be a string or a list of parts", code="invalid_request",
                        param=where)
     texts = []
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in ("input_text", "output_text", "text", "summary_text", "reasoning_text") \
-                or not isinstance(part.get("text"), str):
+        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
             raise APIError(400, f"{where}.content[{k}]: only text parts are supported (got {kind!r})",
                            code="invalid_request", param=f"{where}.content[{k}]")
         texts.append(part["text"])
