@@ -28,6 +28,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import threading
@@ -162,13 +163,17 @@ def _mean(values: list[float]) -> float:
 
 
 def _per_call_cpu(per_turn: dict[int, list[float]]) -> list[str]:
-    t1, t64 = _mean(per_turn[1]), _mean(per_turn[64])
-    early = _mean([v for t in range(2, 9) for v in per_turn[t]])
-    late = _mean([v for t in range(57, 65) for v in per_turn[t]])
-    return ["| turn 1 | turns 2-8 | turns 57-64 | turn 64 | turns 57-64 / 2-8 | turn 64 / turn 1 |",
-            "|---:|---:|---:|---:|---:|---:|",
-            f"| {t1 * 1000:.2f} ms | {early * 1000:.2f} ms | {late * 1000:.2f} ms | {t64 * 1000:.2f} ms | "
-            f"{late / early:.2f}x | {t64 / t1:.2f}x |"]
+    """Mean (the CPU the calls cost, collections of the garbage collector included) and median (robust to
+    the machine's other load) per call, by turn."""
+    rows = ["| | turn 1 | turns 2-8 | turns 57-64 | turn 64 | turns 57-64 / 2-8 | turn 64 / turn 1 |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, stat in (("mean", _mean), ("median", statistics.median)):
+        t1, t64 = stat(per_turn[1]), stat(per_turn[64])
+        early = stat([v for t in range(2, 9) for v in per_turn[t]])
+        late = stat([v for t in range(57, 65) for v in per_turn[t]])
+        rows.append(f"| {name} | {t1 * 1000:.2f} ms | {early * 1000:.2f} ms | {late * 1000:.2f} ms | "
+                    f"{t64 * 1000:.2f} ms | {late / early:.2f}x | {t64 / t1:.2f}x |")
+    return rows
 
 
 def _stats(folder: Path, kind: str, label: str) -> dict[tuple[str, int, str], tuple[float, float]]:
@@ -227,28 +232,46 @@ def _hot_spots(folder: Path, top: int) -> list[str]:
 def _stage_row(turn: int, timed: Any) -> str:
     import json
 
+    import orjson
+
     from agentr1.core.rendering.continuation import _first_difference
-    from agentr1.gateway.schemas import ChatCompletionRequest, _reject_lone_surrogates
+    from agentr1.gateway.codecs.chat_body import MessagePrefixes, validate_chat_body
+    from agentr1.gateway.schemas import ChatCompletionRequest
+    from agentr1.store import jsonio
     from agentr1.store.blobs import _has_inline
 
     messages = [{"role": "user", "content": "conversation 0: let us talk."}]
     for t in range(1, turn):
-        messages += [{"role": "assistant", "content": "4"},
+        messages += [{"role": "assistant", "content": "4", "refusal": None},
                      {"role": "user", "content": f"turn {t}: tell me a little more please."}]
     body = {"model": "bench", "messages": messages, "max_tokens": 16}
-    raw, request, previous = json.dumps(body), ChatCompletionRequest.model_validate(body), messages[:-1]
-    costs = [timed(lambda: json.loads(raw)), timed(lambda: _reject_lone_surrogates(body)),
-             timed(lambda: ChatCompletionRequest.model_validate(body)),
-             timed(lambda: [m.model_dump(exclude_none=True) for m in request.messages]),
-             timed(lambda: _first_difference(previous, messages)),
-             timed(lambda: (_has_inline(messages), _has_inline(messages))),
-             timed(lambda: (json.dumps(messages), json.dumps(messages)))]
+    raw = json.dumps(body)
+    _, valid = validate_chat_body(body, MessagePrefixes(), None)
+    previous = valid[:-1]
+    prefixes = MessagePrefixes()
+    earlier = json.loads(json.dumps(messages[:-2]))  # the session's previous request, as parsed then (equal dicts)
+
+    def incremental() -> Any:
+        prefixes.remember("s", earlier, valid[:len(earlier)])
+        return validate_chat_body(body, prefixes, "s")
+
+    def whole() -> Any:
+        request = ChatCompletionRequest.model_validate(body)
+        return request.model_dump(include={"messages"}, exclude_none=True)["messages"]
+
+    costs = [timed(lambda: json.loads(raw)), timed(lambda: orjson.loads(raw)), timed(whole),
+             timed(incremental),
+             timed(lambda: _first_difference(previous, valid)),
+             timed(lambda: _has_inline(valid)),
+             timed(lambda: (json.dumps(valid), json.dumps(valid))),
+             timed(lambda: (jsonio.dumps(valid), jsonio.dumps(valid)))]
     return f"| {turn} ({len(messages)}) | " + " | ".join(f"{c:.0f} us" for c in costs) + " |"
 
 
 def _stage_costs(repeat: int = 300) -> list[str]:
     """CPU of the stages that grow with the history, timed in this process without a profiler, on
-    the request of turn 1, 8 and 64 of the conversation above (the assistant says "4")."""
+    the request of turn 1, 8 and 64 of the conversation above (the assistant says "4"): the stage
+    before the hot-path work of issue 20 phase 3 and the one that replaced it, side by side."""
     def timed(fn: Any) -> float:
         fn()
         started = time.process_time()
@@ -256,9 +279,10 @@ def _stage_costs(repeat: int = 300) -> list[str]:
             fn()
         return (time.process_time() - started) / repeat * 1e6
 
-    rows = ["| turn (messages) | json.loads body | lone-surrogate walk | pydantic validation (incl. the walk) | "
-            "model_dump of the messages | prefix comparison (_first_difference) | inline-image scan (sent + seen) | "
-            "json.dumps messages (sent + seen) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| turn (messages) | body: json.loads (before) | body: orjson.loads (now) | whole validation + model_dump "
+            "(before) | validate_chat_body, the session's last request known (now) | prefix comparison "
+            "(_first_difference) | inline-image scan (one list) | store JSON sent + seen: json.dumps (before) | "
+            "store JSON sent + seen: jsonio.dumps (now) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for turn in (1, 8, 64):
         rows.append(_stage_row(turn, timed))
     return rows
@@ -315,8 +339,9 @@ def main() -> None:
     print(f"\n### CPU per call by turn (gateway process, mean of {args.reps} conversations, load average "
           f"{load[0]:.1f} -> {load[1]:.1f})\n")
     print("\n".join(_per_call_cpu(per_turn)))
-    print(f"\n### Hot spots (cProfile, thread CPU time, {args.profile_reps} conversations)")
-    print("\n".join(_hot_spots(tmp, args.top)))
+    if args.profile_reps:
+        print(f"\n### Hot spots (cProfile, thread CPU time, {args.profile_reps} conversations)")
+        print("\n".join(_hot_spots(tmp, args.top)))
     print("\n### Stages that grow with the history, timed without a profiler (CPU per call)\n")
     print("\n".join(_stage_costs()))
     subprocess.run(["rm", "-rf", str(tmp)], check=False)

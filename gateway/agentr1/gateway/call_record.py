@@ -26,7 +26,8 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
     """One step per choice, with the indices already set on the choices."""
     gw, state, spec = call.gw, call.state, call.spec
     sent: list[Any] = list(spec.messages_sent if spec.messages_sent is not None else spec.messages or [])
-    seen: list[Any] = list(call.messages_seen or [])
+    # one list when the model saw what was sent (no context policy): the store then scans it for images once
+    seen: list[Any] = sent if call.messages_seen == sent else list(call.messages_seen or [])
     if external is not None:
         return [StepRecord(
             session_id=state.id, index=c.step, observation_ids=[], action_ids=[], action_logprobs=None,

@@ -21,6 +21,7 @@ from agentr1.store.errors import (
     UnknownStep,
 )
 from agentr1.store.export import export_run, session_with_images
+from agentr1.store.jsonio import has_non_finite
 from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
 from agentr1.store.store import TraceStore, new_id
 
@@ -45,6 +46,7 @@ __all__ = [
     "UnknownStep",
     "export_run",
     "externalize_images",
+    "has_non_finite",
     "image_refs",
     "inline_images",
     "new_id",

@@ -13,6 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
+from agentr1.store import jsonio
 from agentr1.store.errors import StoreConnectionError
 
 DEFAULT_DB = "sqlite:///agentr1.db"
@@ -40,6 +41,8 @@ def create_store_engine(url: str | os.PathLike[str], **kwargs: Any) -> Engine:
             f"cannot parse database URL {text!r}: expected sqlite:///path.db or postgresql://user@host/db"
         ) from exc
     backend = parsed.get_backend_name()
+    kwargs.setdefault("json_serializer", jsonio.dumps)  # the JSON columns through orjson (see jsonio)
+    kwargs.setdefault("json_deserializer", jsonio.loads)
     if backend == "sqlite":
         return _sqlite_engine(parsed, **kwargs)
     if backend == "postgresql":

@@ -4,7 +4,6 @@ events), sampling parameters from a body, and the SSE framing."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,23 +17,12 @@ from agentr1.gateway.backends.base import SamplingParams
 from agentr1.gateway.model_call import CallOutcome, ModelCall, TextDelta
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.tracing import step_span
+from agentr1.store import has_non_finite
 
 __all__ = ["CallStream", "call_headers", "dump_json", "respond", "sampling_params", "sse"]
 
 Encoder = Callable[[ModelCall, CallOutcome], dict[str, Any]]
 StreamEncoder = Callable[[ModelCall, AsyncIterator[TextDelta | CallOutcome]], AsyncIterator[bytes]]
-
-
-def _no_nan(value: Any) -> None:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, float) and not math.isfinite(v):
-            raise ValueError("Out of range float values are not JSON compliant")
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list | tuple):
-            stack.extend(v)
 
 
 def dump_json(payload: Any) -> bytes:
@@ -45,7 +33,8 @@ def dump_json(payload: Any) -> bytes:
     except TypeError:
         return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     if b"null" in data:  # a null may have been a NaN or an infinity: check (rare, cheap)
-        _no_nan(payload)
+        if has_non_finite(payload):
+            raise ValueError("Out of range float values are not JSON compliant")
     return data
 
 

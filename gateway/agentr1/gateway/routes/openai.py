@@ -10,12 +10,13 @@ from starlette.responses import Response
 
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.chat import chat_input, encode_chat, stream_chat
+from agentr1.gateway.codecs.chat_body import CHAT_BODY_OPENAPI, read_chat_body
 from agentr1.gateway.codecs.common import respond
 from agentr1.gateway.codecs.completions import completion_input, encode_completion, stream_completion
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.model_call import ModelCall
 from agentr1.gateway.routes import anthropic, responses
-from agentr1.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from agentr1.gateway.schemas import CompletionRequest
 
 router = APIRouter()
 
@@ -44,9 +45,10 @@ async def get_model(model: str, request: Request) -> dict[str, Any]:
     return _model(gw, model)
 
 
-@router.post("/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    call = await ModelCall.attribute(request, chat_input(_gateway(request), body))
+@router.post("/chat/completions", openapi_extra=CHAT_BODY_OPENAPI)
+async def chat_completions(request: Request) -> Response:
+    body, messages = await read_chat_body(request)  # parsed and validated here: the history's prefix only once
+    call = await ModelCall.attribute(request, chat_input(_gateway(request), body, messages))
     return await respond(request, call, encode_chat, stream_chat if body.stream else None)
 
 
