@@ -42,16 +42,25 @@ DEMO_CONFIG = "examples/chains/demo.yaml"
 SFT_CONFIG = "examples/chains/sft.yaml"
 
 
-def _run(title: str, command: list[str], log: Path) -> None:
-    """Run one stage; its progress line (one per step) goes to the terminal, its log to ``log``."""
+def _cpu_s() -> float:
+    """User + system CPU seconds of every finished child process."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(title: str, command: list[str], log: Path, stages: dict[str, dict[str, float]]) -> None:
+    """Run one stage; its progress line (one per step) goes to the terminal, its log to ``log``;
+    its wall and CPU seconds go to ``stages``."""
     print(f"\n== {title} ({time.strftime('%H:%M:%S')})", flush=True)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _cpu_s()
     with log.open("w") as err:
         proc = subprocess.run(command, cwd=ROOT, stderr=err)
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-15:]
         sys.exit(f"{title} failed (exit {proc.returncode}); the last lines of {log}:\n" + "\n".join(tail))
-    print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
+    wall, cpu = time.monotonic() - started, _cpu_s() - cpu
+    stages[log.stem] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+    print(f"   done in {wall:.0f} s ({cpu:.0f} CPU-s)", flush=True)
 
 
 def _latest(folder: Path) -> Path:
@@ -96,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--demos", type=int, default=24, help="expert demonstrations for the warm start")
     parser.add_argument("--sft-epochs", type=int, default=1)
     parser.add_argument("--sft-batch", type=int, default=4, help="demonstrations per SFT optimizer step")
+    parser.add_argument("--sft-lr", type=float, default=5e-5)
     parser.add_argument("--rl-steps", type=int, default=3)
     parser.add_argument("--val", type=int, default=32, help="held-out chains (one sample each)")
     parser.add_argument("--device", default="cpu")
@@ -109,26 +119,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True)
     db = f"sqlite:///{out / 'traces.db'}"
     bin_dir = Path(sys.executable).parent
+    stages: dict[str, dict[str, float]] = {}
     python, agentr1 = [sys.executable], [str(bin_dir / "agentr1")]
 
     _run(f"1/3 expert demonstrations: {args.demos} training chains, replayed through the gateway",
          [*python, "-m", "agentr1.trainer.sft.replay", "examples.chains.expert:demonstrations", f"n={args.demos}",
-          "size=short", "--db", str(out / "traces.db"), "--run-id", "chains-demos", "--model", args.model], out / "demos.log")
+          "size=short", "--db", str(out / "traces.db"), "--run-id", "chains-demos", "--model", args.model], out / "demos.log", stages)
     _run(
         f"2/3 warm start: SFT on the {args.demos} demonstrations, {args.sft_epochs} epoch(s)",
         [*agentr1, "sft", SFT_CONFIG, f"data.db={db}", f"trainer.default_local_dir={out / 'sft'}",
          f"model.path={args.model}", f"trainer.total_epochs={args.sft_epochs}",
-         f"data.train_batch_size={args.sft_batch}",
-         f"trainer.device={args.device}"], out / "sft.log")
+         f"data.train_batch_size={args.sft_batch}", f"optim.lr={args.sft_lr}",
+         f"trainer.device={args.device}"], out / "sft.log", stages)
     sft_checkpoint = _latest(out / "sft")
     _run(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
          "held-out success again",
          [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft_checkpoint}",
           f"trainer.default_local_dir={out / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
-          f"data.val_size={args.val}", f"trainer.device={args.device}", *args.overrides], out / "rl.log")
+          f"data.val_size={args.val}", f"trainer.device={args.device}", *args.overrides], out / "rl.log", stages)
 
     summary = summarize(out)
     summary.update(demos=args.demos, sft_checkpoint=str(sft_checkpoint), wall_s=round(time.monotonic() - started, 1),
+                   cpu_s=round(_cpu_s(), 1), stages=stages,
                    peak_rss_gb=round(_peak_rss_gb(), 2), load_average=os.getloadavg(), db=db)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     b, a = summary["before_episodes"], summary["after_episodes"]
