@@ -10,28 +10,34 @@
 #                                    RL driver in the background (setsid: it outlives the call) and watches it until
 #                                    WATCH_S seconds after the call began (default 560)
 #   compare_h200.sh watch [WATCH_S]  watch the RL driver until it is done or WATCH_S seconds have passed (560)
-#   compare_h200.sh resume           launch the driver again: runs that were cut resume from their last checkpoint
-#   compare_h200.sh collect          the table, summary and curves (examples/chains/estimators/compare.py) and a
-#                                    tarball of every metric and log into $OUT (6 files)
+#   compare_h200.sh resume [WATCH_S] launch the driver again: runs that were cut resume from their last checkpoint
+#   compare_h200.sh collect [WAIT_S] after waiting up to WAIT_S s for the driver to finish: the table, summary, curves
+#                                    (examples/chains/estimators/compare.py) and a tarball of every metric and log
+#                                    into $OUT (5 files)
 #
-# Budget (the same for every estimator): RL_STEPS (12) steps of 8 chains x 4 samples (32 episodes; 2 optimizer
-# steps of 16), SAVE_FREQ (2). All 21 runs share the GPU and 16 cores; each run's training stops at RL_WALL_S
-# (780 s) after the driver started, whatever step it reached (saved every SAVE_FREQ steps), then every run's last
-# checkpoint is evaluated on the VAL (128) held-out chains, one sample each at temperature 1.0, 21 processes at
-# once. The table gives the steps each run reached: a run cut before RL_STEPS is marked.
+# Budget (the same for every estimator): RL_STEPS (16) steps of 8 chains x 4 samples (32 episodes; 2 optimizer
+# steps of 16), a checkpoint every SAVE_FREQ (2) steps. All 21 runs share the GPU and the 16 cores. Training stops
+# RL_TRAIN_END_S (1020 s) after the `start` call began -- whatever step a run reached -- so that the evaluations
+# end inside the next call (start: 600 s, a gap, watch: 570 s; each evaluation ~1-3 min with 21 processes at once);
+# `resume` trains until RL_WALL_S (600 s) from its launch. Each run, once it stops, evaluates its last checkpoint on
+# the VAL (128) held-out chains, one sample each at temperature 1.0 (step 0: the seed's SFT evaluation). The table
+# gives the steps each run reached: a run cut before RL_STEPS is marked.
 # Layout: $RUN (/tmp/agentr1-compare): traces.db (demos, SFT evaluations), results/seed<k>/ (SFT, stages.sh),
 # results/rl/<estimator>/seed<k>/ (the RL run: metrics.jsonl, train.log, eval.json, eval_stats.json, run.json),
-# driver.log, monitor.log. Old checkpoints are pruned as runs go (a checkpoint of SmolLM2-135M with its
-# optimizer is ~2 GB, with a critic ~4 GB; the disk has 64 GB).
+# driver.log, monitor.log. Disk: a checkpoint of SmolLM2-135M is ~0.6 GB of hf/ and ~1.7 GB of optimizer state
+# (engine/; ~3.4 GB with a critic): 21 runs would fill the 64 GB disk, so only the newest checkpoint of each run is
+# kept, and only its hf/ (what the evaluation needs). KEEP_RESUME=1 keeps its engine/ too, while more than
+# MIN_FREE_GB (12) are free: then `resume` continues runs that the deadline cut.
 # DEVICE=cpu (with MODEL=<tiny model dir>, small VAL, DEMOS, RL_STEPS, ESTIMATORS, SEEDS) is the dry run on a CPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+REPO=$PWD  # the driver outlives the call: its processes cd here again (by path) should the tree be laid anew
 RECIPE=chains
 TRAIN_CFG=examples/chains/train_gpu.yaml
 SFT_CFG=examples/chains/sft.yaml
 DEMOS_FN=examples.chains.expert:demonstrations
 DEMOS=${DEMOS:-128} EPOCHS=${EPOCHS:-1} VAL=${VAL:-128}
-RL_STEPS=${RL_STEPS:-12} SAVE_FREQ=${SAVE_FREQ:-2} RL_WALL_S=${RL_WALL_S:-780}
+RL_STEPS=${RL_STEPS:-16} SAVE_FREQ=${SAVE_FREQ:-2} RL_TRAIN_END_S=${RL_TRAIN_END_S:-1020} RL_WALL_S=${RL_WALL_S:-600}
 ESTIMATORS=${ESTIMATORS:-grpo rloo reinforce_plus_plus reinforce_plus_plus_baseline gae steppo gigpo}
 DEVICE_OUT=${OUT:-$PWD/out/compare}
 RUN=${RUN:-/tmp/agentr1-compare}
@@ -47,6 +53,7 @@ CALL_START=$(date +%s)
 # one RL run: train until RL_STEPS or the deadline (epoch seconds $3), then record how it ended
 rl_run() {
   local name=$1 seed=$2 deadline=$3 dir=$RL/$1/seed$2 started rc=0 left
+  cd "$REPO"
   mkdir -p "$dir"
   left=$((deadline - $(date +%s)))
   [ "$left" -gt 10 ] || { echo "{\"estimator\": \"$name\", \"seed\": $seed, \"skipped\": \"no time left\"}" > "$dir/run.json"; return; }
@@ -57,25 +64,29 @@ rl_run() {
     "actor_rollout_ref.model=$(last_json "$OUT/seed$seed/sft.json" checkpoint)" "trainer.seed=$seed" \
     "trainer.total_training_steps=$RL_STEPS" "trainer.save_freq=$SAVE_FREQ" "trainer.default_local_dir=$dir" \
     ${RL_ARGS:-} --quiet > "$dir/train.log" 2>&1 || rc=$?
-  "${PY[@]}" - "$dir" "$name" "$seed" "$rc" "$started" "$(date +%s.%N)" "$RL_STEPS" <<'PY'
-import json, sys
+  times > "$dir/times.txt"  # this subshell's children's CPU time (2nd line): the training process's
+  "${PY[@]}" - "$dir" "$name" "$seed" "$rc" "$started" "$(date +%s.%N)" "$RL_STEPS" "$(tail -n1 "$dir/times.txt")" <<'PY'
+import json, re, sys
 from pathlib import Path
-d, name, seed, rc, t0, t1, want = sys.argv[1:]
+d, name, seed, rc, t0, t1, want, cpu = sys.argv[1:]
+cpu_s = sum(float(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", cpu))
 rows = [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines() if x.strip()] \
     if (Path(d) / "metrics.jsonl").exists() else []
 steps = max((int(r["step"]) for r in rows if "step" in r), default=0)
 run = {"estimator": name, "seed": int(seed), "rc": int(rc), "steps": steps, "steps_wanted": int(want),
-       "cut": steps < int(want), "wall_s": round(float(t1) - float(t0), 1)}
+       "cut": steps < int(want), "wall_s": round(float(t1) - float(t0), 1), "cpu_s": round(cpu_s, 1)}
 (Path(d) / "run.json").write_text(json.dumps(run))
 print(json.dumps(run))
 PY
   # a finished run is never resumed: its optimizer state goes (~2-4 GB each); a cut one keeps it for `resume`
   if [ "$rc" -eq 0 ]; then rm -rf "$dir"/checkpoints/step_*/engine; fi
+  rl_eval "$name" "$seed"  # at once: runs that end early are evaluated while the others train
 }
 
 # the held-out evaluation of a run's last checkpoint, into that run's own store (21 at once: one SQLite each)
 rl_eval() {
   local name=$1 seed=$2 dir=$RL/$1/seed$2 ckpt
+  cd "$REPO"
   ckpt=$(last_checkpoints "$dir" | tail -n1)
   [ -n "$ckpt" ] || { echo "no checkpoint in $dir" >&2; return 0; }
   "${AGENTR1[@]}" eval "${JOB[@]}" "db=sqlite:///$dir/eval.db" --checkpoint "$ckpt/hf" \
@@ -94,13 +105,22 @@ last_checkpoints() {
   done | sort -n | cut -d' ' -f2- || true
 }
 
-# keep the newest complete checkpoint of every run; log memory, disk and load
+# keep the newest complete checkpoint of every run, only its hf/ unless KEEP_RESUME=1 (then its optimizer state
+# too, while more than MIN_FREE_GB are free); log memory, disk, load
 prune_and_monitor() {
-  local run ck
-  while [ ! -f "$RUN/TRAINED" ]; do
+  local run ck free
+  while [ ! -f "$RUN/DONE" ]; do
     for run in "$RL"/*/seed*; do
       last_checkpoints "$run" | head -n -1 | while read -r ck; do rm -rf "$ck"; done
     done
+    if [ "${KEEP_RESUME:-0}" = 0 ]; then  # (a complete checkpoint: its engine/ was written before it was renamed)
+      rm -rf "$RL"/*/seed*/checkpoints/step_*[0-9]/engine
+    fi
+    free=$(df -BG --output=avail "$RUN" | tail -n1 | tr -dc 0-9)
+    if [ "${free:-0}" -lt "${MIN_FREE_GB:-12}" ]; then  # the disk first: the runs lose `resume`, never their hf/
+      echo "$(date +%T) only ${free} GB free: removing the optimizer state of every checkpoint" >> "$RUN/monitor.log"
+      rm -rf "$RL"/*/seed*/checkpoints/step_*[0-9]/engine
+    fi
     {
       echo "$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg) disk $(df -h /tmp | awk 'NR==2 {print $3 "/" $2}')" \
         "gpu $(nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv,noheader 2>/dev/null || echo -)"
@@ -110,27 +130,23 @@ prune_and_monitor() {
 }
 
 stage_driver() {
-  local deadline name seed pruner
-  deadline=$(($(date +%s) + RL_WALL_S))
-  rm -f "$RUN/TRAINED" "$RUN/DONE"
-  stage "RL: $(echo $ESTIMATORS | wc -w) estimators x seeds $SEEDS, $RL_STEPS steps, until $(date -d "@$deadline" +%T)"
+  local deadline=${RL_DEADLINE:-$(($(date +%s) + RL_WALL_S))} name seed pruner
+  rm -f "$RUN/DONE"
+  stage "RL: $(echo $ESTIMATORS | wc -w) estimators x seeds $SEEDS, $RL_STEPS steps, training until $(date -d "@$deadline" +%T)"
   prune_and_monitor &
   pruner=$!
   for name in $ESTIMATORS; do
     for seed in $SEEDS; do
-      if [ -f "$RL/$name/seed$seed/run.json" ] && last_json "$RL/$name/seed$seed/run.json" cut | grep -q False; then
-        continue  # finished in an earlier driver
+      if [ -f "$RL/$name/seed$seed/eval_stats.json" ] && last_json "$RL/$name/seed$seed/run.json" cut | grep -q False
+      then continue  # trained and evaluated in an earlier driver
       fi
       rl_run "$name" "$seed" "$deadline" &
     done
   done
   wait_for_children_but "$pruner"
-  touch "$RUN/TRAINED"
-  stage "held-out evaluation of every run's last checkpoint ($VAL chains)"
-  for name in $ESTIMATORS; do for seed in $SEEDS; do rl_eval "$name" "$seed" & done; done
-  wait
   touch "$RUN/DONE"
-  stage "done"
+  wait
+  stage "done: every run trained and evaluated on the $VAL held-out chains"
 }
 
 # wait for every background job but the pruner ($1)
@@ -139,17 +155,17 @@ wait_for_children_but() {
   for pid in $(jobs -p); do [ "$pid" = "$1" ] || wait "$pid" || true; done
 }
 
-launch_driver() {
+launch_driver() {  # $1: when training must end (epoch seconds; default RL_WALL_S from now)
   mkdir -p "$RUN"
-  rm -f "$RUN/DONE" "$RUN/TRAINED"  # (the driver removes them too, but the watch may look first)
-  setsid nohup env OUT="$DEVICE_OUT" RUN="$RUN" bash "$0" driver > "$RUN/driver.log" 2>&1 < /dev/null &
+  rm -f "$RUN/DONE"  # (the driver removes it too, but the watch may look first)
+  setsid nohup env OUT="$DEVICE_OUT" RUN="$RUN" RL_DEADLINE="${1:-}" bash "$0" driver > "$RUN/driver.log" 2>&1 < /dev/null &
   echo "RL driver started (pid $!): $RUN/driver.log"
 }
 
 stage_watch() {
-  local until=$((CALL_START + ${1:-560}))
-  while [ "$(date +%s)" -lt "$until" ] && [ ! -f "$RUN/DONE" ]; do
-    sleep 30
+  local until=$((CALL_START + ${1:-560})) left
+  while left=$((until - $(date +%s))) && [ "$left" -gt 0 ] && [ ! -f "$RUN/DONE" ]; do
+    sleep $((left < 30 ? left : 30))
     "${PY[@]}" - "$RL" <<'PY' || true
 import json, sys, time
 from pathlib import Path
@@ -177,12 +193,17 @@ stage_start() {
   done
   for pid in "${pids[@]}"; do wait "$pid" || { echo "an SFT stage failed:"; tail -n 30 "$RUN"/sft_s*.log; exit 3; }; done
   for seed in $SEEDS; do tail -n1 "$OUT/seed$seed/sft_eval.json"; done
-  launch_driver
+  rm -rf "$RUN"/seed*/sft/checkpoints/step_*/engine  # RL starts from hf/; the SFT optimizer state is ~2 GB a seed
+  launch_driver $((CALL_START + RL_TRAIN_END_S))
 }
 
-stage_collect() {
+stage_collect() {  # $1: wait up to that many seconds for the driver to finish first
+  local until=$((CALL_START + ${1:-0}))
+  while [ ! -f "$RUN/DONE" ] && [ "$(date +%s)" -lt "$until" ]; do sleep 10; done
+  [ -f "$RUN/DONE" ] || echo "collecting while the RL driver is still running: $(tail -n1 "$RUN/driver.log")"
   mkdir -p "$DEVICE_OUT"
-  "${PY[@]}" -m examples.chains.estimators.compare "$OUT" --out "$DEVICE_OUT" --seeds $SEEDS
+  "${PY[@]}" -m examples.chains.estimators.compare "$OUT" --out "$DEVICE_OUT" --seeds $SEEDS \
+    || echo "compare.py failed here: run it on the tarball (examples/chains/estimators/README.md)"
   cp "$RUN/driver.log" "$DEVICE_OUT/driver_log.txt" 2>/dev/null || true
   (cd "$OUT" && find . -name checkpoints -prune -o \( -name '*.json' -o -name '*.jsonl' -o -name '*.log' \) -size -20M -print0 \
     | tar czf "$DEVICE_OUT/compare_h200_results.tgz" --null -T - "$RUN/monitor.log" 2>/dev/null) || true
@@ -197,6 +218,6 @@ case "$what" in
   watch) stages_setup; stage_watch "${1:-560}" ;;
   resume) stages_setup; launch_driver; stage_watch "${1:-560}" ;;
   driver) stages_setup; stage_driver ;;
-  collect) if [ "$DEVICE" = cpu ]; then PY=(.venv/bin/python); else PY=(python3); fi; stage_collect ;;
+  collect) if [ "$DEVICE" = cpu ]; then PY=(.venv/bin/python); else PY=(python3); fi; stage_collect "${1:-0}" ;;
   *) echo "unknown stage $what" >&2; exit 2 ;;
 esac; exit  # the driver outlives the call: bash must never read past here if the file is copied anew
