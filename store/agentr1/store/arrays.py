@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +14,15 @@ _FLOAT32 = np.dtype("<f4")
 def encode_ids(ids: Sequence[int] | np.ndarray | None) -> bytes | None:
     if ids is None:
         return None
-    arr = np.asarray(ids)
+    if isinstance(ids, list):  # the gateway's case: a list of ints through array (C), faster than numpy from a list
+        if ids and type(ids[0]) is bool and all(type(x) is bool for x in ids):  # numpy's bool array: refused
+            raise ValueError("token ids must be non-negative integers that fit in int32")
+        try:
+            arr = np.frombuffer(array.array("q", ids), dtype=np.int64)
+        except (TypeError, OverflowError):
+            raise ValueError("token ids must be non-negative integers that fit in int32") from None
+    else:
+        arr = np.asarray(ids)
     if arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0 or arr.max() > np.iinfo(_INT32).max):
         raise ValueError("token ids must be non-negative integers that fit in int32")
     return arr.astype(_INT32, copy=False).tobytes()

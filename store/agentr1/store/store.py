@@ -260,16 +260,19 @@ class TraceStore:
         steps = [externalize_step(s, self.images) for s in steps]
         feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
                     for fb in feedback]
-        with self._writer_engine.begin() as conn:  # one transaction, committed on exit (Core, not ORM)
-            found = set(conn.scalars(_SESSIONS_FOUND, {"ids": list(session_ids)})) if session_ids else set()
-            for sid in session_ids - found:
-                raise UnknownSession(sid)
-            if steps:
-                try:
+        try:
+            with self._writer_engine.begin() as conn:  # one transaction, committed on exit (Core, not ORM)
+                if steps:
                     conn.execute(_INSERT_STEPS, [s.row_values() for s in steps])
-                except IntegrityError as exc:
-                    raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
-            self._attach_many(conn, feedback)
+                self._attach_many(conn, feedback)
+        except IntegrityError as exc:
+            # The foreign key refused an unknown session, or (session, index) is taken: tell which, after the
+            # rollback (checking the sessions first would cost every commit a query).
+            with self.engine.connect() as conn:
+                found = set(conn.scalars(_SESSIONS_FOUND, {"ids": list(session_ids)}))
+            for sid in sorted(session_ids - found):
+                raise UnknownSession(sid) from exc
+            raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
 
     def last_step(self, session_id: str) -> StepRecord | None:
         with self._read() as db:
