@@ -134,8 +134,10 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 def engine_counters(backend: Any) -> dict[str, int]:
     s = backend.stats
-    return {k: int(getattr(s, k)) for k in ("forward_passes", "prefill_passes", "prefill_tokens", "cached_tokens",
-                                            "decode_steps", "tokens_generated")}
+    out: dict[str, float] = {k: int(getattr(s, k)) for k in ("forward_passes", "prefill_passes", "prefill_tokens",
+                                                             "cached_tokens", "decode_steps", "tokens_generated")}
+    out["busy_s"] = float(getattr(s, "busy_s", 0.0))
+    return out
 
 
 # -- the two runs ---------------------------------------------------------------------------------
@@ -167,6 +169,8 @@ async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: 
             "forwards": delta["forward_passes"], "decode_steps": delta["decode_steps"],
             "prefill_passes": delta["prefill_passes"],
             "tokens_per_decode_step": round(delta["tokens_generated"] / max(1, delta["decode_steps"]), 2),
+            "engine_busy_s": round(delta["busy_s"], 3),
+            "ms_per_forward": round(1000 * delta["busy_s"] / max(1, delta["forward_passes"]), 2),
             "thread_cpu_s": cpu_delta(cpu, thread_cpu())}, calls
 
 
@@ -185,7 +189,9 @@ async def engine_only(backend: Any, calls: list[tuple[Any, int, float]]) -> dict
     tokens = sum(await asyncio.gather(*(one(rs) for rs in sessions.values())))
     seconds = time.perf_counter() - started
     after = engine_counters(backend)
-    return {"seconds": round(seconds, 3), "calls": len(calls), "tokens": tokens,
+    busy = after["busy_s"] - counters["busy_s"]
+    return {"seconds": round(seconds, 3), "calls": len(calls), "tokens": tokens, "engine_busy_s": round(busy, 3),
+            "ms_per_forward": round(1000 * busy / max(1, after["forward_passes"] - counters["forward_passes"]), 2),
             "tokens_per_s": round(tokens / seconds, 1), "forwards": after["forward_passes"] - counters["forward_passes"],
             "decode_steps": after["decode_steps"] - counters["decode_steps"],
             "tokens_per_decode_step": round((after["tokens_generated"] - counters["tokens_generated"])
@@ -270,17 +276,20 @@ def commit() -> str:
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"rollout bench: {result['job']}, {result['model']} on {result['device']}, {result['sessions']} sessions "
              f"(load average at start {result['loadavg_at_start']})", "",
-             "| run | wall s | calls | tokens | tokens/s | ratio | prefill/call | cached/call | tok/step |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| run | wall s | engine busy s | ms/forward | calls | tokens | tokens/s | ratio | prefill/call | "
+             "cached/call | tok/step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     runs = [(f"{m['mode']} {i}", p) for m in result["modes"] for i, p in enumerate(m["runs"])]
     for i, p in runs:
         r, e = p["rollout"], p["engine_only"]
-        lines.append(f"| rollout {i} | {r['seconds']} | {r['calls']} | {r['tokens']} | {r['tokens_per_s']} | "
+        lines.append(f"| rollout {i} | {r['seconds']} | {r['engine_busy_s']} | {r['ms_per_forward']} | {r['calls']} | "
+                     f"{r['tokens']} | {r['tokens_per_s']} | "
                      f"{p['ratio']} | {r['prefill_tokens_per_call']} | {r['cached_tokens_per_call']} | "
                      f"{r['tokens_per_decode_step']} |")
-        lines.append(f"| engine only {i} | {e['seconds']} | {e['calls']} | {e['tokens']} | {e['tokens_per_s']} | | | | "
+        lines.append(f"| engine only {i} | {e['seconds']} | {e['engine_busy_s']} | {e['ms_per_forward']} | "
+                     f"{e['calls']} | {e['tokens']} | {e['tokens_per_s']} | | | | "
                      f"{e['tokens_per_decode_step']} |")
-        lines.append(f"|  thread CPU s | rollout {r['thread_cpu_s']} engine-only {e['thread_cpu_s']} |||||||")
+        lines.append(f"| thread CPU s | rollout {r['thread_cpu_s']} engine-only {e['thread_cpu_s']} |||||||||")
     return "\n".join(lines)
 
 

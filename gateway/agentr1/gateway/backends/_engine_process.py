@@ -86,18 +86,22 @@ class EngineProcess:
         with self._send_lock:
             self.conn.send(message)
 
-    def submit(self, row: Row) -> None:
-        """Send ``row`` to the child (its ``grammar`` holds the request's GrammarSpec, compiled there)."""
-        rid = next(self._ids)
-        row.slot = rid  # the parent's rows have no cache slot: the id names it in messages
-        self.rows[rid] = row
-        request = GenerateRequest(row.prompt_ids, row.sampling, request_id=row.request_id,
-                                  multimodal=row.multimodal, grammar=row.grammar)
+    def submit(self, rows: list[Row]) -> None:
+        """Send ``rows`` to the child in one message: they reach its queue together, as they would
+        reach the engine thread's (their ``grammar`` holds the request's GrammarSpec, compiled there)."""
+        batch = []
+        for row in rows:
+            row.slot = next(self._ids)  # the parent's rows have no cache slot: the id names it in messages
+            self.rows[row.slot] = row
+            batch.append((row.slot, GenerateRequest(row.prompt_ids, row.sampling, request_id=row.request_id,
+                                                    multimodal=row.multimodal, grammar=row.grammar),
+                          getattr(row.sink, "queue", None) is not None))
         try:
-            self._send(("submit", rid, request, getattr(row.sink, "queue", None) is not None))
+            self._send(("submit", batch))
         except (OSError, ValueError) as exc:
-            self.rows.pop(rid, None)
-            row.sink.error(BackendUnavailable(f"the engine process is gone: {exc}", retry_after=5.0))
+            for row in rows:
+                self.rows.pop(row.slot, None)
+                row.sink.error(BackendUnavailable(f"the engine process is gone: {exc}", retry_after=5.0))
             self.on_finished()
 
     def cancel(self, row: Row) -> None:
@@ -110,8 +114,7 @@ class EngineProcess:
 
     def update_weights(self, tensors: Mapping[str, Any], version: int) -> None:
         """Copy ``tensors`` into the child's model (it must be idle); raises what the child raised."""
-        shipped = {name: t.detach() if t.is_cuda else t.detach().clone() for name, t in tensors.items()}
-        self._send(("weights", shipped, version))
+        self._send(("weights", pack(tensors), version))
         reply = self._replies.get()
         if reply[0] != "ok":
             raise ValueError(reply[1]) if reply[0] == "invalid" else _error_of(*reply[1:])
@@ -160,6 +163,36 @@ class EngineProcess:
                 row.sink.error(gone)
         self._replies.put(("failed", "unavailable", "the engine process has stopped", 503, 5.0))
         self.on_finished()
+
+
+def pack(tensors: Mapping[str, Any]) -> tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ...]]]]:
+    """The tensors copied into one shared-memory buffer per dtype (a pickled shared tensor is a file
+    descriptor, so one per dtype, however many tensors), with (name, dtype, offset, shape) of each.
+    Through host memory, not CUDA IPC: that fails under ``expandable_segments`` and would alias the
+    trainer's live parameters."""
+    import torch
+
+    sizes: dict[Any, int] = {}
+    specs = []
+    for name, t in tensors.items():
+        specs.append((name, t.dtype, sizes.get(t.dtype, 0), tuple(t.shape)))
+        sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
+    flats = {dtype: torch.empty(n, dtype=dtype).share_memory_() for dtype, n in sizes.items()}
+    with torch.no_grad():
+        for (_, dtype, offset, _), t in zip(specs, tensors.values(), strict=True):
+            flats[dtype][offset: offset + t.numel()].copy_(t.detach().reshape(-1))
+    return flats, specs
+
+
+def unpack(packed: tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ...]]]]) -> dict[str, Any]:
+    flats, specs = packed
+    out = {}
+    for name, dtype, offset, shape in specs:
+        n = 1
+        for d in shape:
+            n *= d
+        out[name] = flats[dtype][offset: offset + n].view(shape)
+    return out
 
 
 # -- the child ------------------------------------------------------------------------------------
@@ -212,29 +245,37 @@ def serve(conn: Any, model_path: str, options: dict[str, Any]) -> None:
             break
         kind = message[0]
         if kind == "submit":
-            _, rid, request, streaming = message
-            sink = _PipeSink(send, rid, streaming, backend.stats, rows)
+            admitted = []
+            for rid, request, streaming in message[1]:
+                sink = _PipeSink(send, rid, streaming, backend.stats, rows)
+                try:
+                    grammar = backend._row_grammar(request) if request.grammar is not None else None
+                except Exception as exc:
+                    sink.error(exc)
+                    continue
+                rows[rid] = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
+                                multimodal=request.multimodal, grammar=grammar)
+                admitted.append(rows[rid])
             try:
-                grammar = backend._row_grammar(request) if request.grammar is not None else None
-                rows[rid] = backend.enqueue(Row(list(request.prompt_ids), request.sampling, sink,
-                                                request_id=request.request_id, multimodal=request.multimodal,
-                                                grammar=grammar))
+                if admitted:
+                    backend.enqueue(*admitted)
             except Exception as exc:
-                sink.error(exc)
+                for row in admitted:
+                    row.sink.error(exc)
         elif kind == "cancel":
             row = rows.pop(message[1], None)
             if row is not None:
                 row.cancelled = True
         elif kind == "weights":
-            _, tensors, version = message
+            _, packed, version = message
             try:
-                backend.load_weights(tensors, version)
+                backend.load_weights(unpack(packed), version)
                 send(("weights", "ok"))
             except ValueError as exc:
                 send(("weights", "invalid", str(exc)))
             except Exception as exc:
                 send(("weights", "failed", *_error_fields(exc)))
-            del tensors, message
+            del packed, message
         elif kind == "stop":
             break
     backend.close_sync()
@@ -257,8 +298,8 @@ def feed(backend: Any, remote: EngineProcess) -> None:
             rows = [row for row in backend._queue if not row.cancelled]
             backend._queue.clear()
             backend._idle.clear()
-        for row in rows:
-            remote.submit(row)
+        if rows:
+            remote.submit(rows)
     remote.close()
     with cv:
         queued = list(backend._queue)

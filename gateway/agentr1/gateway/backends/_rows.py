@@ -67,6 +67,7 @@ class EngineStats:
     prefill_tokens: int = 0  # prompt tokens run through the model
     cached_tokens: int = 0  # prompt tokens served from reused prefixes instead
     graph_captures: int = 0
+    busy_s: float = 0.0  # wall seconds of the worker's steps (prefill + decode); the rest it waited for work
 
 
 def end_token_ids(model: Any, tokenizer: Any) -> set[int]:

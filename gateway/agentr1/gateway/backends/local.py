@@ -365,16 +365,17 @@ class LocalBackend:
                   multimodal=request.multimodal, grammar=grammar)
         return self.enqueue(row), sink
 
-    def enqueue(self, row: Row) -> Row:
-        """Queue a validated row for the worker (BackendUnavailable: not running, or the queue is full)."""
+    def enqueue(self, *rows: Row) -> Row:
+        """Queue validated rows for the worker, all at once (BackendUnavailable: not running, or the queue
+        is full); returns the first."""
         with self._cv:
             if self._thread is None or self._stopping:
                 raise BackendUnavailable("the local backend is not running", retry_after=5.0)
-            if len(self._queue) >= self.max_queue:
+            if len(self._queue) + len(rows) > self.max_queue:
                 raise BackendUnavailable("the local backend queue is full", retry_after=1.0)
-            self._queue.append(row)
+            self._queue.extend(rows)
             self._cv.notify_all()
-        return row
+        return rows[0]
 
     # -- pause, resume, weights -----------------------------------------------------------
 
@@ -462,6 +463,7 @@ class LocalBackend:
                             admitted.append(row)
                 if admitted or engine.rows:
                     self._idle.clear()
+            started = time.perf_counter()
             try:
                 with self._model_lock, torch.inference_mode():
                     if admitted:
@@ -471,6 +473,7 @@ class LocalBackend:
             except Exception:  # the engine fails its own rows; this only keeps the worker alive
                 log.exception("local engine: unexpected error in the worker loop")
                 engine.reset()
+            self.stats.busy_s += time.perf_counter() - started
         self._shutdown(engine)
 
     def _warm_up(self) -> None:
