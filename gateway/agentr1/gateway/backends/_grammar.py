@@ -34,6 +34,14 @@ __all__ = ["GrammarCache", "RowGrammar", "build_grammar", "grammar_mask", "to_eb
 SEPARATORS = (", ", ": ")  # json.dumps' defaults: the form chat templates write tool calls in
 
 
+def _xgrammar() -> Any:
+    try:
+        import xgrammar
+    except ImportError as exc:  # the gateway extra installs it; a bare install answers 400, not 500
+        raise ValueError("constrained decoding needs the xgrammar package (pip install 'agentr1[gateway]')") from exc
+    return xgrammar
+
+
 def _literal(text: str) -> Any:
     import xgrammar as xgr
 
@@ -48,8 +56,7 @@ def _schema(text: str) -> Any:
 
 def build_grammar(spec: GrammarSpec) -> Any:
     """The ``xgrammar.Grammar`` of ``spec``; ValueError (with xgrammar's reason) when it cannot be built."""
-    import xgrammar as xgr
-
+    xgr = _xgrammar()
     try:
         if spec.kind == "json_object":
             return _schema('{"type": "object"}')
