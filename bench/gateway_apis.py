@@ -145,6 +145,7 @@ def part_e(args: argparse.Namespace, tmp: Path) -> list[str]:
             rows.append(f"| {api} | {sessions} | {len(lat)} | {added50:.2f} | {added99:.2f} | {added50 / chat50:.3f} "
                         f"| {cpu:.2f} | {cpu / chat_cpu:.3f} |")
             print(rows[-1], flush=True)
+    print("\nin-process CPU per call (no sockets, this process only):\n", flush=True)
     rows += ["\nin-process CPU per call (no sockets, this process only):\n", *part_e_cpu(args, tmp)]
     return rows
 
@@ -180,15 +181,27 @@ def _in_process_cpu(tmp: Path, turns: int, rounds: int) -> dict[str, list[float]
     return cpu
 
 
+def _ratios(cpu: dict[str, list[float]], api: str) -> str:
+    """mean, median and median paired ratio of ``api``'s CPU per call to chat's (calls of one turn paired)."""
+    chat = cpu["chat"]
+    paired = statistics.median(a / c for a, c in zip(cpu[api], chat, strict=True))
+    return (f"{statistics.fmean(cpu[api]) / statistics.fmean(chat):.3f}, "
+            f"{statistics.median(cpu[api]) / statistics.median(chat):.3f}, {paired:.3f}")
+
+
 def part_e_cpu(args: argparse.Namespace, tmp: Path) -> list[str]:
-    rows = ["| turns per conversation | calls per API | chat CPU ms per call | responses | messages | "
-            "responses / chat | messages / chat |", "|---|---|---|---|---|---|---|"]
+    """Each API's CPU per call against chat's: the mean, the median, and the median of the paired ratios
+    (the calls of one turn run back to back, so each pair shares the machine's state of that moment: the
+    figure other load, garbage collections and scheduling move least)."""
+    rows = ["| turns per conversation | calls per API | chat CPU ms per call (mean / median) | responses | messages "
+            "| responses / chat (mean, median, paired) | messages / chat (mean, median, paired) |",
+            "|---|---|---|---|---|---|---|"]
+    print("\n".join(rows), flush=True)
     for turns in args.e_cpu_turns:
         cpu = _in_process_cpu(tmp, turns, args.e_cpu_rounds)
-        mean = {api: statistics.fmean(cpu[api]) for api in APIS}
-        rows.append(f"| {turns} | {len(cpu['chat'])} | {mean['chat']:.2f} | {mean['responses']:.2f} | "
-                    f"{mean['messages']:.2f} | {mean['responses'] / mean['chat']:.3f} | "
-                    f"{mean['messages'] / mean['chat']:.3f} |")
+        cells = " | ".join(f"{statistics.fmean(cpu[api]):.2f} / {statistics.median(cpu[api]):.2f}" for api in APIS)
+        rows.append(f"| {turns} | {len(cpu['chat'])} | {cells} | {_ratios(cpu, 'responses')} | "
+                    f"{_ratios(cpu, 'messages')} |")
         print(rows[-1], flush=True)
     return rows
 
