@@ -46,7 +46,7 @@ RL=$OUT/rl
 LIMIT_S=0  # stages.sh: no limit of its own (the driver's deadline is RL_WALL_S)
 # 21 processes on 16 cores: no process spreads its CPU work over every core
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} MKL_NUM_THREADS=${MKL_NUM_THREADS:-2}
-export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+# (no expandable_segments: CUDA IPC fails under it, see gateway/agentr1/gateway/backends/_engine_process.py)
 source scripts/gpu/stages.sh
 CALL_START=$(date +%s)
 
