@@ -19,6 +19,7 @@ source scripts/gpu/vllm_env.sh
 
 for f in .vllm*/*; do [ -f "$f" ] && cp "$f" "$VLLM_STORE/"; done
 gpu_collect > /dev/null 2>&1 || true  # copies .m*/.tok; installs .whl once it came
+gpu_env  # the background jobs' PYTHONPATH: the trainer's wheels and the repository's packages
 
 vllm_unpack() {
   [ -f "$VLLM_SITE/.unpacked" ] && return 0
@@ -47,12 +48,12 @@ background() {  # name, command...: runs once per machine; $VLLM_WORK/<name>.log
 
 if [ -f "$GPU_SITE/.installed" ] && [ -f "$GPU_STORE/tok.tgz" ] && [ "${VLLM_ENGINE_BENCH:-1}" != 0 ]; then
   mkdir -p "$VLLM_TOK" && tar xzf "$GPU_STORE/tok.tgz" -C "$VLLM_TOK"
-  background engine_bench env PYTHONPATH="$GPU_SITE" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 python3 bench/engine_gpu_bench.py \
+  background engine_bench python3 bench/engine_gpu_bench.py \
     --tokenizer "$VLLM_TOK" --out "$VLLM_WORK/engine_gpu.jsonl" --work /tmp/agentr1-engine-bench --skip exactness \
     --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" --budget-s 300
 fi
 if [ -f "$GPU_SITE/.installed" ] && ls "$GPU_STORE"/gguf.xz.part{1,2,3} > /dev/null 2>&1; then
-  background convert bash -c 'source scripts/gpu/lib.sh && gpu_env && gpu_smollm2'
+  background convert bash -c 'source scripts/gpu/lib.sh && gpu_env && m=$(gpu_smollm2) && test -f "$m/config.json" && echo "$m"'
 fi
 vllm_unpack && echo "vLLM site: $VLLM_SITE ($(du -sh "$VLLM_SITE" | cut -f1))"
 
@@ -70,6 +71,6 @@ echo "still to carry: ${missing[*]:-nothing}"
 for job in engine_bench convert; do
   [ -f "$VLLM_WORK/$job.started" ] || continue
   if [ -f "$VLLM_WORK/$job.ended" ]; then
-    echo "$job: $([ -f "$VLLM_WORK/$job.done" ] && echo done || echo FAILED); tail -n 3 $VLLM_WORK/$job.log"
+    echo "$job: $([ -f "$VLLM_WORK/$job.done" ] && echo done || echo FAILED):"; tail -n 3 "$VLLM_WORK/$job.log"
   else echo "$job: running"; fi
 done

@@ -70,6 +70,7 @@ if [[ " $steps " == *" tests "* ]]; then
   say "tests: exit $? in $((SECONDS - t0)) s: $(tail -n 1 "$OUT/tests_vllm_real.log")"
 fi
 
+grep -m 8 -iE "attention backend|Using .*backend|compil|graph|max_model_len|KV cache" "$VLLM_WORK/serve.log" >> "$summary"
 tail -n 400 "$VLLM_WORK/serve.log" > "$OUT/serve_log.txt"
 for job in engine_bench convert; do
   [ -f "$VLLM_WORK/$job.log" ] && { echo "--- $job.log (tail)"; tail -n 15 "$VLLM_WORK/$job.log"; } >> "$summary"

@@ -12,7 +12,9 @@
 # The server: VLLM_SERVER_DEV_MODE=1 (/collective_rpc for the weight reload, /sleep, /wake_up,
 # /reset_prefix_cache), --logprobs-mode processed_logprobs (log_softmax(logits / T), what the trainer
 # recomputes), --enable-sleep-mode (the backend's default pause_mode), 30% of the GPU's memory (the rest is
-# for the embedded engine's benchmark and the trainer). Log: /tmp/agentr1-vllm/serve.log.
+# for the embedded engine's benchmark and the trainer); the attention backend is vLLM's choice (FLASH_ATTN,
+# i.e. FA3, on Hopper; TRITON_ATTN if FA3 would not load); FlashInfer is not carried (its sampler is off,
+# and processed_logprobs would not use it anyway). Log: /tmp/agentr1-vllm/serve.log.
 set -uo pipefail
 bash scripts/gpu/vllm_carry.sh
 source scripts/gpu/lib.sh
@@ -35,7 +37,7 @@ start() {  # mode
   echo "starting vLLM ($1) on $VLLM_MODEL at $VLLM_URL"
   # PYTHONPATH: vLLM's site only (not the trainer's: vLLM wants fastapi < 0.137 and transformers >= 5.5.3)
   setsid env PYTHONPATH="$VLLM_SITE" PYTHONUNBUFFERED=1 VLLM_SERVER_DEV_MODE=1 HF_HUB_OFFLINE=1 \
-    TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_CACHE_ROOT=/tmp/vllm-cache \
+    TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_CACHE_ROOT=/tmp/vllm-cache VLLM_USE_FLASHINFER_SAMPLER=0 \
     python3 -m vllm.entrypoints.cli.main serve "$VLLM_MODEL" --host 127.0.0.1 --port "$VLLM_PORT" \
     --dtype bfloat16 --logprobs-mode processed_logprobs --enable-sleep-mode --gpu-memory-utilization 0.3 \
     --seed 0 --disable-uvicorn-access-log "${extra[@]}" ${VLLM_SERVE_ARGS:-} \

@@ -2,37 +2,48 @@
 the real local engine (:class:`agentr1.gateway.backends.local.LocalBackend` on a tiny random model),
 so the token ids, logprobs and finish reasons it returns are real.
 
-What it implements, as the released server does (vllm-project/vllm vllm/entrypoints/openai/
-protocol.py: CompletionRequest, CompletionResponse, CompletionStreamResponse, CompletionLogProbs,
-ErrorResponse; entrypoints/openai/api_server.py and entrypoints/serve/dev/*):
+What it implements, as vLLM 0.25.0 does (vllm-project/vllm vllm/entrypoints/openai/completion/
+protocol.py and serving.py, openai/engine/protocol.py, serve/utils/server_utils.py and error_response.py,
+serve/dev/*; checked by tests/backends/test_vllm_fixture_replay.py against the fixtures in
+tests/backends/fixtures/vllm/: ``recorded/`` from a real server, ``derived/`` from vLLM's own code):
 
 - ``POST /v1/completions``: prompt as token ids or a string; ``model`` must be the served name
   (404 NotFoundError otherwise); max_tokens default 16, temperature 1.0, top_p 1.0, top_k 0/-1 =
-  off; logprobs up to ``max_logprobs`` (20) else 400; return_token_ids, return_tokens_as_token_ids,
-  seed, stop, stop_token_ids; fields it does not know are ignored (vLLM logs them); a malformed
-  body is 400 BadRequestError; prompt + max_tokens over max_model_len is 400 with vLLM's message.
-  Errors: ``{"error": {"message", "type", "param", "code"}}``. Logprobs are the local engine's,
+  off; logprobs up to ``max_logprobs`` (20); return_token_ids, return_tokens_as_token_ids, seed, stop,
+  stop_token_ids; fields it does not know are ignored (vLLM logs them). Logprobs are the local engine's,
   log_softmax(logits / temperature): vLLM's ``--logprobs-mode processed_logprobs`` with top-k/top-p
-  off. ``top_logprobs`` dicts hold the sampled token and the top k. Token ids include the final
+  off. ``top_logprobs`` dicts hold the sampled token first, then the top k. Token ids include the final
   end-of-sequence / stop token; ``stop_reason`` is the stop token id or string, null for EOS; the
-  text leaves the stop string out. Streaming: completion chunks with delta text, token_ids
-  (prompt_token_ids on the first) and logprobs, finish_reason on the last, a usage chunk when
-  ``stream_options.include_usage``, then ``data: [DONE]``.
-- ``GET /health``, ``GET /v1/models`` (with ``max_model_len``).
+  text leaves the stop string out. Answers are compact JSON (FastAPI's JSONResponse) with every field
+  of vLLM's ``CompletionResponse`` (nulls included). Streaming: one ``data: {...}\n\n`` chunk per step
+  (``exclude_unset``: every choice field, ``prompt_token_ids`` only on the first, null after), the
+  finish reason on the last, a usage chunk (``exclude_none``) when ``stream_options.include_usage``,
+  then ``data: [DONE]``.
+- Errors, ``{"error": {"message", "type", "param", "code"}}`` as vLLM builds them: a body that fails
+  request validation (malformed JSON, a prompt that is not token ids, a negative id, no prompt,
+  negative logprobs) is 400 ``"Bad Request"`` with ``param`` the cleaned error location; what vLLM
+  checks later is 400 ``BadRequestError`` with its message and ``(parameter=..., value=...)``: context
+  overflow (``input_tokens``), logprobs over the limit, a negative temperature, max_tokens < 1, an empty
+  prompt, an out-of-vocabulary id; an unknown model is 404 ``NotFoundError``; a JSON body that is not an
+  object is 500 ``InternalServerError`` (vLLM's request validators call ``.get`` on it).
+- ``GET /health``, ``GET /v1/models`` (a model card with ``max_model_len`` and one permission).
 - With ``dev_mode`` (``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` {method, args} for the
   worker methods ``update_config({"model_config": {"model": path}})`` and ``reload_weights()`` ->
-  {"results": [null]} (an error is a 500), ``POST /reset_prefix_cache``, ``POST /sleep?level=``,
-  ``POST /wake_up``, ``GET /is_sleeping``, and the newer ``POST /pause?mode=``, ``POST /resume``.
+  {"results": [null]} (any failure, an unknown method too, is a 500 InternalServerError),
+  ``POST /reset_prefix_cache``, ``POST /sleep?level=``, ``POST /wake_up``, ``GET /is_sleeping``,
+  ``POST /pause?mode=``, ``POST /resume``, ``GET /is_paused``.
 
-Limits of the fake, not of vLLM: n=1, no echo, no beam search, penalties and min_p only neutral.
-For tests: ``state.fail_next`` (statuses the next completions answer with), ``state.requests``,
-``state.calls`` (control endpoints, in order).
+Limits of the fake, not of vLLM: n=1, no echo, no beam search, penalties and min_p only neutral
+(400 "fake vLLM: ..." otherwise); validation messages are pydantic's, not vLLM's text (the type, param
+and code are vLLM's). For tests: ``state.fail_next`` (statuses the next completions answer with),
+``state.requests``, ``state.calls`` (control endpoints, in order).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,18 +51,29 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tokenizers import Tokenizer
 
 from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
 
 
+class ParamError(ValueError):
+    """vLLM's VLLMValidationError: a message naming the parameter (and value) at fault."""
+
+    def __init__(self, message: str, parameter: str | None = None, value: Any = None) -> None:
+        super().__init__(message)
+        self.parameter, self.value = parameter, value
+
+    def __str__(self) -> str:
+        extras = [f"{k}={v}" for k, v in (("parameter", self.parameter), ("value", self.value)) if v is not None]
+        return f"{super().__str__()} ({', '.join(extras)})" if extras else super().__str__()
+
+
 class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    prompt: list[Annotated[int, Field(ge=0)]] | str
+    prompt: list[Annotated[int, Field(ge=0)]] | str | None = None
     echo: bool | None = False
     logprobs: int | None = None
     max_tokens: int | None = 16
@@ -73,6 +95,17 @@ class CompletionRequest(BaseModel):
     return_tokens_as_token_ids: bool | None = None
     return_token_ids: bool | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _checks(cls, data: Any) -> Any:  # vLLM's CompletionRequest validators (before the engine)
+        if (logprobs := data.get("logprobs")) is not None and logprobs < 0:
+            raise ParamError("`logprobs` must be a positive value.", "logprobs", logprobs)
+        if data.get("stream_options") and not data.get("stream"):
+            raise ParamError("Stream options can only be defined when `stream=True`.", "stream_options")
+        if data.get("prompt") in (None, ""):
+            raise ParamError("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+        return data
+
 
 @dataclass
 class FakeVLLMState:
@@ -81,6 +114,7 @@ class FakeVLLMState:
     served_model_name: str
     max_model_len: int
     decoder: Any
+    vocab_size: int
     dev_mode: bool = True
     max_logprobs: int = 20
     sleeping: bool = False
@@ -93,6 +127,31 @@ class FakeVLLMState:
 def error(message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
                         status_code=status)
+
+
+def param_error(exc: ParamError) -> JSONResponse:  # create_error_response(VLLMValidationError)
+    return error(str(exc), 400, "BadRequestError", exc.parameter)
+
+
+# pydantic's union-branch and wrapper markers in an error location (vLLM's clean_loc_for_param)
+_INTERNAL_LOC = re.compile(r"[\[\]{}()]")
+_INTERNAL_MARKERS = {"function-wrap", "function-after", "function-before", "function-plain", "json-or-python",
+                     "lax-or-strict", "chain", "default", "nullable", "tagged-union", "union", "call", "arguments",
+                     "is-instance", "is-subclass", "callable", "str", "int", "float", "bool", "bytes", "bytearray",
+                     "list", "tuple", "dict", "set", "frozenset", "complex", "none", "nonetype"}
+
+
+def validation_error(errors: list[dict[str, Any]]) -> JSONResponse:
+    """vLLM's answer to a body that fails request validation: 400 "Bad Request", ``param`` from a
+    validator's ParamError or else the first error's location without pydantic's internal markers."""
+    param = next((e["ctx"]["error"].parameter for e in errors
+                  if isinstance((e.get("ctx") or {}).get("error"), ParamError)), None)
+    if param is None and errors and errors[0].get("loc"):
+        loc = [str(p) for p in errors[0]["loc"]]
+        parts = [p for p in loc if not _INTERNAL_LOC.search(p) and p.lower() not in _INTERNAL_MARKERS]
+        param = ".".join(parts or loc)
+    shown = [{k: v for k, v in e.items() if k != "ctx"} for e in errors]
+    return error(f"{len(errors)} validation error{'s' if len(errors) != 1 else ''}: {shown}", 400, "Bad Request", param)
 
 
 class _Invalid(Exception):
@@ -109,16 +168,28 @@ def _to_request(body: CompletionRequest, state: FakeVLLMState) -> GenerateReques
                           ("frequency_penalty", 0.0)):
         if getattr(body, name) not in (None, neutral):
             raise _Invalid(error(f"fake vLLM: {name} is not supported by the local engine"))
-    if body.logprobs is not None and body.logprobs > state.max_logprobs:
-        raise _Invalid(error(f"Requested sample logprobs of {body.logprobs}, which is greater than max allowed: "
-                             f"{state.max_logprobs}", param="logprobs"))
     ids = body.prompt if isinstance(body.prompt, list) else state.decoder.encode(body.prompt).ids
     max_tokens = 16 if body.max_tokens is None else body.max_tokens
-    if len(ids) + max_tokens > state.max_model_len:
-        raise _Invalid(error(f"This model's maximum context length is {state.max_model_len} tokens. However, you "
-                             f"requested {len(ids) + max_tokens} tokens ({len(ids)} in the messages, {max_tokens} in "
-                             "the completion). Please reduce the length of the messages or completion."))
     temperature = 1.0 if body.temperature is None else body.temperature
+    checks = [  # in vLLM's order: the renderer's length check, SamplingParams, then the input processor
+        (max_tokens > 0 and len(ids) + max_tokens > state.max_model_len, lambda: ParamError(
+            f"This model's maximum context length is {state.max_model_len} tokens. However, you requested "
+            f"{max_tokens} output tokens and your prompt contains {len(ids)} input tokens, for a total of "
+            f"{len(ids) + max_tokens} tokens. Please reduce the length of the input prompt or the number of requested "
+            "output tokens.", "input_tokens", len(ids))),
+        (temperature < 0, lambda: ParamError(f"temperature must be non-negative, got {temperature}.", "temperature",
+                                             temperature)),
+        (max_tokens < 1, lambda: ParamError(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens",
+                                            max_tokens)),
+        ((body.logprobs or 0) > state.max_logprobs, lambda: ParamError(
+            f"Requested sample logprobs of {body.logprobs}, which is greater than max allowed: {state.max_logprobs}",
+            "logprobs", body.logprobs)),
+        (not ids, lambda: ParamError("The decoder prompt cannot be empty")),
+        (max(ids, default=0) >= state.vocab_size, lambda: ParamError(f"Token id {max(ids)} is out of vocabulary")),
+    ]
+    for failed, exc in checks:
+        if failed:
+            raise _Invalid(param_error(exc()))
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return GenerateRequest(prompt_ids=list(ids), request_id=str(getattr(body, "request_id", "") or ""),
                            sampling=SamplingParams(
@@ -166,22 +237,52 @@ def _text(state: FakeVLLMState, body: CompletionRequest, ids: list[int], stop_re
     return text
 
 
+def _permission() -> dict[str, Any]:  # vLLM's ModelPermission, as /v1/models lists it
+    return {"id": f"modelperm-{uuid.uuid4().hex[:16]}", "object": "model_permission", "created": int(time.time()),
+            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
+            "group": None, "is_blocking": False}
+
+
+def _vocab_size(model_path: str | Path) -> int:
+    return int(json.loads((Path(model_path) / "config.json").read_text())["vocab_size"])
+
+
+def _dumps(payload: Any) -> str:  # what pydantic's model_dump_json and FastAPI's JSONResponse write
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
 def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | None = None,
                max_model_len: int | None = None, dev_mode: bool = True) -> FastAPI:
     """A fake vLLM server on ``engine`` (a started LocalBackend); its state is ``app.state.fake``."""
     state = FakeVLLMState(engine=engine, model_path=str(model_path),
                           served_model_name=served_model_name or str(model_path),
                           max_model_len=max_model_len or engine.max_context, dev_mode=dev_mode,
-                          decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")))
+                          decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")),
+                          vocab_size=_vocab_size(model_path))
     app = FastAPI()
     app.state.fake = state
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error(str(exc.errors()))
+    def parse(raw: bytes) -> CompletionRequest | JSONResponse:
+        """The body as vLLM reads it: JSON, then its request validators, then the model's fields."""
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            position = getattr(exc, "pos", 0)
+            return validation_error([{"type": "json_invalid", "loc": ("body", position), "msg": "JSON decode error",
+                                      "input": {}, "ctx": {"error": str(exc)}}])
+        if not isinstance(data, dict):  # vLLM's validators call data.get(): an AttributeError, a 500
+            return error(f"'{type(data).__name__}' object has no attribute 'get'", 500, "InternalServerError")
+        try:
+            return CompletionRequest.model_validate(data)
+        except ValidationError as exc:
+            return validation_error([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()])
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> Response:
+    async def completions(request: Request) -> Response:
+        body = parse(await request.body())
+        if isinstance(body, JSONResponse):
+            return body
         state.requests.append(body.model_dump(exclude_unset=True))
         if state.fail_next:
             status = state.fail_next.pop(0)
@@ -201,18 +302,18 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                   "logprobs": _logprobs(state, body, result.output_ids, result.logprobs, result.top_logprobs, 0),
                   "finish_reason": result.finish_reason, "stop_reason": reason,
                   "token_ids": result.output_ids if body.return_token_ids else None, "prompt_logprobs": None,
-                  "prompt_token_ids": req.prompt_ids if body.return_token_ids else None}
+                  "prompt_token_ids": req.prompt_ids if body.return_token_ids else None, "routed_experts": None}
         usage = {"prompt_tokens": len(req.prompt_ids), "total_tokens": len(req.prompt_ids) + len(result.output_ids),
                  "completion_tokens": len(result.output_ids), "prompt_tokens_details": None}
         return JSONResponse({"id": cid, "object": "text_completion", "created": created,
-                             "model": state.served_model_name, "choices": [choice], "usage": usage,
-                             "service_tier": None, "system_fingerprint": None, "kv_transfer_params": None})
+                             "model": state.served_model_name, "choices": [choice], "service_tier": None,
+                             "system_fingerprint": None, "usage": usage, "kv_transfer_params": None, "metrics": None})
 
     async def _chunks(body: CompletionRequest, req: GenerateRequest, cid: str, created: int) -> Any:
         def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
             payload = {"id": cid, "object": "text_completion", "created": created, "model": state.served_model_name,
-                       "choices": choices, "usage": usage}
-            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+                       "choices": choices, **({"usage": usage} if usage else {})}
+            return b"data: " + _dumps(payload).encode() + b"\n\n"
 
         if body.logprobs:  # top logprobs come with the result: replay it token by token
             whole = await state.engine.generate(req)
@@ -233,15 +334,14 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
             choice = {"index": 0, "text": full[len(text):],
                       "logprobs": _logprobs(state, body, token_ids, lps, tops[start:len(ids)] if tops else None,
                                             len(text)),
-                      "finish_reason": result.finish_reason if result is not None else None,
-                      "stop_reason": reason, "token_ids": token_ids if body.return_token_ids else None}
-            if i == 0 and body.return_token_ids:
-                choice["prompt_token_ids"] = req.prompt_ids
+                      "finish_reason": result.finish_reason if result is not None else None, "stop_reason": reason,
+                      "prompt_token_ids": req.prompt_ids if i == 0 and body.return_token_ids else None,
+                      "token_ids": token_ids if body.return_token_ids else None}
             text = full
             yield chunk([choice])
         if (body.stream_options or {}).get("include_usage"):
-            yield chunk([], {"prompt_tokens": len(req.prompt_ids), "completion_tokens": len(ids),
-                             "total_tokens": len(req.prompt_ids) + len(ids)})
+            yield chunk([], {"prompt_tokens": len(req.prompt_ids), "total_tokens": len(req.prompt_ids) + len(ids),
+                             "completion_tokens": len(ids)})
         yield b"data: [DONE]\n\n"
 
     @app.get("/health")
@@ -253,7 +353,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         return {"object": "list", "data": [{"id": state.served_model_name, "object": "model",
                                             "created": int(time.time()), "owned_by": "vllm",
                                             "root": state.model_path, "parent": None,
-                                            "max_model_len": state.max_model_len, "permission": []}]}
+                                            "max_model_len": state.max_model_len, "permission": [_permission()]}]}
 
     if not dev_mode:
         return app
@@ -270,8 +370,8 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                 await state.engine.update_weights(state.model_path)
             else:
                 raise AttributeError(f"'Worker' object has no attribute '{method}'")
-        except Exception as exc:
-            return error(f"{type(exc).__name__}: {exc}", 500, "InternalServerError")
+        except Exception as exc:  # vLLM's exception handler: the exception's text, a 500
+            return error(str(exc), 500, "InternalServerError")
         return JSONResponse({"results": [None]})
 
     @app.post("/reset_prefix_cache")
@@ -306,5 +406,9 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         state.calls.append(("resume", None))
         state.paused = False
         return JSONResponse({"status": "resumed"})
+
+    @app.get("/is_paused")
+    async def is_paused() -> dict[str, bool]:
+        return {"is_paused": state.paused}
 
     return app

@@ -225,12 +225,13 @@ def test_openai_client_through_the_gateway_records_the_servers_steps(tmp_path):
         with BackgroundServer(app) as gateway:
             s = httpx.post(f"{gateway}/sessions", json={"task_id": "t1"}).json()
             client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"])
+            served = httpx.get(URLS[0] + "/v1/models").json()["data"][0]["id"]  # the gateway serves that name
             messages = [{"role": "user", "content": "What is 12*7?"}]
-            first = client.chat.completions.create(model="policy", messages=messages, max_tokens=12, temperature=0,
+            first = client.chat.completions.create(model=served, messages=messages, max_tokens=12, temperature=0,
                                                    logprobs=True)
             messages += [first.choices[0].message.model_dump(exclude_none=True),
                          {"role": "user", "content": "Are you sure?"}]
-            chunks = list(client.chat.completions.create(model="policy", messages=messages, max_tokens=12,
+            chunks = list(client.chat.completions.create(model=served, messages=messages, max_tokens=12,
                                                           temperature=0, stream=True))
         steps = store.get_session(s["id"]).steps
         assert [st.backend for st in steps] == ["vllm", "vllm"] and [st.policy_version for st in steps] == [0, 0]
