@@ -50,7 +50,7 @@ if [ -f "$GPU_SITE/.installed" ] && [ -f "$GPU_STORE/tok.tgz" ] && [ "${VLLM_ENG
   mkdir -p "$VLLM_TOK" && tar xzf "$GPU_STORE/tok.tgz" -C "$VLLM_TOK"
   background engine_bench python3 bench/engine_gpu_bench.py \
     --tokenizer "$VLLM_TOK" --out "$VLLM_WORK/engine_gpu.jsonl" --work /tmp/agentr1-engine-bench --skip exactness \
-    --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" --budget-s 300
+    --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" --budget-s 150
 fi
 if [ -f "$GPU_SITE/.installed" ] && ls "$GPU_STORE"/gguf.xz.part{1,2,3} > /dev/null 2>&1; then
   background convert bash -c 'source scripts/gpu/lib.sh && gpu_env && m=$(gpu_smollm2) && test -f "$m/config.json" && echo "$m"'
