@@ -194,6 +194,7 @@ async def engine_only(backend: Any, calls: list[tuple[Any, int, float]]) -> dict
             "ms_per_forward": round(1000 * busy / max(1, after["forward_passes"] - counters["forward_passes"]), 2),
             "tokens_per_s": round(tokens / seconds, 1), "forwards": after["forward_passes"] - counters["forward_passes"],
             "decode_steps": after["decode_steps"] - counters["decode_steps"],
+            "prefill_passes": after["prefill_passes"] - counters["prefill_passes"],
             "tokens_per_decode_step": round((after["tokens_generated"] - counters["tokens_generated"])
                                             / max(1, after["decode_steps"] - counters["decode_steps"]), 2),
             "thread_cpu_s": cpu_delta(cpu, thread_cpu())}
@@ -276,20 +277,21 @@ def commit() -> str:
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"rollout bench: {result['job']}, {result['model']} on {result['device']}, {result['sessions']} sessions "
              f"(load average at start {result['loadavg_at_start']})", "",
-             "| run | wall s | engine busy s | ms/forward | calls | tokens | tokens/s | ratio | prefill/call | "
-             "cached/call | tok/step |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| run | wall s | engine busy s | ms/forward | forwards | admissions | calls | tokens | tokens/s | ratio | "
+             "prefill/call | cached/call | tok/step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     runs = [(f"{m['mode']} {i}", p) for m in result["modes"] for i, p in enumerate(m["runs"])]
     for i, p in runs:
         r, e = p["rollout"], p["engine_only"]
-        lines.append(f"| rollout {i} | {r['seconds']} | {r['engine_busy_s']} | {r['ms_per_forward']} | {r['calls']} | "
+        lines.append(f"| rollout {i} | {r['seconds']} | {r['engine_busy_s']} | {r['ms_per_forward']} | {r['forwards']} | "
+                     f"{r['prefill_passes']} | {r['calls']} | "
                      f"{r['tokens']} | {r['tokens_per_s']} | "
                      f"{p['ratio']} | {r['prefill_tokens_per_call']} | {r['cached_tokens_per_call']} | "
                      f"{r['tokens_per_decode_step']} |")
         lines.append(f"| engine only {i} | {e['seconds']} | {e['engine_busy_s']} | {e['ms_per_forward']} | "
-                     f"{e['calls']} | {e['tokens']} | {e['tokens_per_s']} | | | | "
+                     f"{e['forwards']} | {e['prefill_passes']} | {e['calls']} | {e['tokens']} | {e['tokens_per_s']} | | | | "
                      f"{e['tokens_per_decode_step']} |")
-        lines.append(f"| thread CPU s | rollout {r['thread_cpu_s']} engine-only {e['thread_cpu_s']} |||||||||")
+        lines.append(f"| thread CPU s | rollout {r['thread_cpu_s']} engine-only {e['thread_cpu_s']} |||||||||||")
     return "\n".join(lines)
 
 

@@ -41,6 +41,7 @@ class Row:
     multimodal: Any = None  # the prompt's images (GenerateRequest.multimodal), embedded at admission
     embeds: Any = None  # while prefilling a prompt with images: its input embeddings (see _images.py)
     grammar: Any = None  # constrained decoding: its _grammar.RowGrammar (GenerateRequest.grammar), else None
+    queued_at: float = 0.0  # time.perf_counter() when it was queued (the admission policy, local.py)
 
     def __post_init__(self) -> None:
         if self.sampling.top_logprobs > 0:

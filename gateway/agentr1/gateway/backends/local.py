@@ -183,6 +183,7 @@ class LocalBackend:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._admission_s = 0.0  # seconds an admission step takes (moving average; _admit_now)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -373,6 +374,9 @@ class LocalBackend:
                 raise BackendUnavailable("the local backend is not running", retry_after=5.0)
             if len(self._queue) + len(rows) > self.max_queue:
                 raise BackendUnavailable("the local backend queue is full", retry_after=1.0)
+            now = time.perf_counter()
+            for row in rows:
+                row.queued_at = now
             self._queue.extend(rows)
             self._cv.notify_all()
         return rows[0]
@@ -456,7 +460,7 @@ class LocalBackend:
                 if self._stopping:
                     break
                 admitted: list[Row] = []
-                if not self._is_paused():
+                if not self._is_paused() and self._admit_now(engine):
                     while self._queue and len(engine.rows) + len(admitted) < self.max_batch_size:
                         row = self._queue.popleft()
                         if not row.cancelled:
@@ -473,8 +477,24 @@ class LocalBackend:
             except Exception:  # the engine fails its own rows; this only keeps the worker alive
                 log.exception("local engine: unexpected error in the worker loop")
                 engine.reset()
-            self.stats.busy_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.stats.busy_s += elapsed
+            if admitted:  # what an admission costs the running rows (with the decode step after it)
+                self._admission_s = 0.8 * self._admission_s + 0.2 * elapsed if self._admission_s else elapsed
         self._shutdown(engine)
+
+    def _admit_now(self, engine: BatchEngine) -> bool:
+        """Whether to prefill the queued rows before the next decode step. An admission stalls every
+        running row for a prefill forward (tens of ms on a GPU, where a decode step takes a few), and
+        an agent's calls arrive one by one: admitting each alone made most of a rollout prefills. With
+        rows running, small arrivals wait until a quarter of the running rows has queued (or the
+        batch's free room), or the oldest has waited as long as an admission takes."""
+        if not self._queue or not engine.rows:
+            return True
+        room = self.max_batch_size - len(engine.rows)
+        if len(self._queue) >= max(1, min(room, len(engine.rows) // 4)):
+            return True
+        return time.perf_counter() - self._queue[0].queued_at >= self._admission_s
 
     def _warm_up(self) -> None:
         """One small forward on this thread: its first use of the CPU thread pool is slow."""
