@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/rollout_bench.py                                  # tiny random model, CPU
     .venv/bin/python bench/rollout_bench.py --model smollm2 --sessions 16 --n 4
-    .venv/bin/python bench/rollout_bench.py --device cuda --model smollm2 --sessions 128 --n 8   # the H200 run
+    .venv/bin/python bench/rollout_bench.py --device cuda --model smollm2 --sessions 128 --n 8 --repeat 2  # H200
 
 The rollout is the trainer's own path: :func:`agentr1.trainer.serving.start_serving` (the embedded
 gateway and the ``local`` engine, as ``agentr1 train`` starts them) and
@@ -15,7 +15,11 @@ tool; the trained H200 policy made ~3.6 calls a session).
 Every engine request of the rollout is recorded (prompt ids, sampling, output length) and then
 replayed on the same engine with no gateway and no agents: each session's calls in order, all
 sessions at once (``max_new_tokens`` = the length sampled in the rollout). The ratio of the two
-sampled-token rates is what the rollout path costs. The two alternate ``--repeat`` times.
+sampled-token rates is what the rollout path costs. The two alternate ``--repeat`` times, for each
+of ``--modes``: ``thread`` (the engine's worker thread in this process, sharing the GIL with the
+gateway and the agents), ``process`` (``LocalBackend(engine_process=True)``, what ``agentr1 train``
+uses on a GPU) and ``eager`` (a thread, every arrival admitted at once: the engine before the
+admission policy of ``LocalBackend._admit_now``).
 
 Breakdown: CPU seconds of each thread during the rollout (engine worker, gateway event loop, agents'
 event loop, thread pools), the engine's forward passes and prefills per call, the time calls spend in
@@ -223,13 +227,16 @@ def bench_tasks(cfg: JobConfig, args: argparse.Namespace) -> list[dict[str, Any]
 
 async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, model: Path, out: Path,
                    mode: str) -> dict[str, Any]:
-    """Serving as ``agentr1 train`` starts it, the engine in a thread or a process of its own."""
+    """Serving as ``agentr1 train`` starts it, the engine in a thread or a process of its own; ``eager``:
+    in a thread, admitting every arrival at once (the engine's admission before the rollout work)."""
     run_id = f"rollout-bench-{mode}-{int(time.time())}"
     store.ensure_run(run_id, "rollout-bench")
     started = time.perf_counter()
     serving = start_serving(cfg, store, model, model, run_id=run_id, policy_version=0, log_dir=out / "servers",
                             engine_process=mode == "process")
     load_s = time.perf_counter() - started
+    if mode == "eager":
+        serving.backend._admit_now = lambda engine: True
     try:
         configure(serving.url)
         recorder = Recorder(serving.backend)
@@ -305,8 +312,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4, help="chains: model calls per session (0: as the model goes)")
     parser.add_argument("--tokens", type=int, default=0, help="max tokens per call (0: the job's own, 64)")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--modes", default="thread,process",
-                        help="where the engine runs, compared in this order: thread (in the trainer's process), process")
+    parser.add_argument("--modes", default="eager,thread,process",
+                        help="compared in this order: thread (the engine in the trainer's process), process (in "
+                             "its own), eager (in a thread, every arrival admitted at once: the engine before)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads of the process (0: torch's default, all cores; 1 on a shared CPU)")
     parser.add_argument("--pyspy", default=None, help="record the last rollout with py-spy to this file (raw stacks)")
