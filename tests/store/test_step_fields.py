@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 from agentr1.store import StepRecord
+from agentr1.store.history import STORE_ONLY_COLUMNS
 from agentr1.store.records import STEP_COLUMNS
 from agentr1.store.schema import StepRow
 
 
 def test_the_steps_table_has_exactly_the_records_stored_fields():
     columns = {c.name for c in StepRow.__table__.columns} - {"id"}
-    assert columns == set(STEP_COLUMNS)
+    assert columns == set(STEP_COLUMNS) | set(STORE_ONLY_COLUMNS)  # shared_history: the store's own (history.py)
     read_side = {f.name for f in dataclasses.fields(StepRecord)} - set(STEP_COLUMNS)
     assert read_side == {"reward", "superseded_by"}
 

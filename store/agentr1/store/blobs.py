@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import dataclasses
 import hashlib
 import os
 import re
@@ -206,13 +205,3 @@ def image_refs(messages: Any) -> list[str]:
             if value.startswith(IMAGE_REF_PREFIX):
                 refs.append(value[len(IMAGE_REF_PREFIX):])
     return refs
-
-
-def externalize_step(step: Any, images: ImageStore) -> Any:
-    """A step record with the images of its messages stored (the same record when it has none)."""
-    sent = externalize_images(step.messages_sent, images)
-    seen = sent if step.messages_seen is step.messages_sent else externalize_images(step.messages_seen, images)
-    feedback = externalize_images(step.feedback_messages, images) if step.feedback_messages else step.feedback_messages
-    if sent is step.messages_sent and seen is step.messages_seen and feedback is step.feedback_messages:
-        return step
-    return dataclasses.replace(step, messages_sent=sent, messages_seen=seen, feedback_messages=feedback)

@@ -126,6 +126,8 @@ class StepRow(Base):
     feedback_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
     drift: Mapped[bool] = mapped_column(Boolean, default=False)
     retry_of: Mapped[list[Any] | None] = mapped_column(JSON)  # indices of the attempts this client retry replaced
+    # {"step": j, "sent": k, "seen": m}: the leading messages shared with step j (store/history.py); None: whole
+    shared_history: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     latency_ms: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=_now)
 

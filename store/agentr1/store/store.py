@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from agentr1.store import migrate as migrations
 from agentr1.store.arrays import encode_ids
-from agentr1.store.blobs import ImageStore, externalize_images, externalize_step
+from agentr1.store.blobs import ImageStore, externalize_images
 from agentr1.store.engine import create_store_engine
 from agentr1.store.errors import (
     SessionExists,
@@ -27,6 +27,7 @@ from agentr1.store.errors import (
     UnknownSession,
     UnknownStep,
 )
+from agentr1.store.history import HistoryCache, restore_histories
 from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 
@@ -59,6 +60,7 @@ class TraceStore:
         self._writer_engine = engine.execution_options(sqlite_write=True)  # SQLite: BEGIN IMMEDIATE
         # image bytes by content hash, beside the database; steps keep references (see blobs.py)
         self.images = images or ImageStore.for_database(str(engine.url))
+        self._histories = HistoryCache()  # the messages of steps written lately: later steps store only their tail
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -257,14 +259,15 @@ class TraceStore:
         if not steps and not feedback:
             return
         session_ids = {s.session_id for s in steps}
-        steps = [externalize_step(s, self.images) for s in steps]
+        rows = [self._step_row(s) for s in steps]
         feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
                     for fb in feedback]
         try:
             with self._writer_engine.begin() as conn:  # one transaction, committed on exit (Core, not ORM)
-                if steps:
-                    conn.execute(_INSERT_STEPS, [s.row_values() for s in steps])
+                if rows:
+                    conn.execute(_INSERT_STEPS, rows)
                 self._attach_many(conn, feedback)
+            self._histories.committed(steps)
         except IntegrityError as exc:
             # The foreign key refused an unknown session, or (session, index) is taken: tell which, after the
             # rollback (checking the sessions first would cost every commit a query).
@@ -274,10 +277,28 @@ class TraceStore:
                 raise UnknownSession(sid) from exc
             raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
 
+    def _step_row(self, step: StepRecord) -> dict[str, Any]:
+        """The ``steps`` row of ``step``: the messages it shares with an earlier step left out (store/history.py),
+        inline images stored apart (store/blobs.py)."""
+        shared, sent, seen = self._histories.split(step)
+        values = step.row_values()
+        values["messages_sent"] = externalize_images(sent, self.images)
+        values["messages_seen"] = values["messages_sent"] if seen == sent else externalize_images(seen, self.images)
+        if step.feedback_messages:
+            values["feedback_messages"] = externalize_images(step.feedback_messages, self.images)
+        values["shared_history"] = shared
+        return values
+
     def last_step(self, session_id: str) -> StepRecord | None:
         with self._read() as db:
             row = db.scalar(select(StepRow).where(StepRow.session_id == session_id).order_by(StepRow.index.desc()).limit(1))
-            return None if row is None else StepRecord.from_row(row)
+            if row is None or row.shared_history is None:
+                return None if row is None else StepRecord.from_row(row)
+            rows = list(db.scalars(select(StepRow).where(StepRow.session_id == session_id, StepRow.index <= row.index)
+                                   .order_by(StepRow.index)))  # its history: the steps it shares messages with
+            records = [StepRecord.from_row(r) for r in rows]
+            restore_histories(records, [r.shared_history for r in rows])
+            return records[-1]
 
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
@@ -402,6 +423,7 @@ class TraceStore:
                 if x.step_index is not None:
                     per_step[x.step_index] = per_step.get(x.step_index, 0.0) + x.value
             records = [StepRecord.from_row(s, per_step.get(s.index)) for s in step_rows[r.id]]
+            restore_histories(records, [s.shared_history for s in step_rows[r.id]])
             superseded = superseded_steps(records)
             for record in records:
                 record.superseded_by = superseded.get(record.index)
