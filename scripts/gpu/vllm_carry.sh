@@ -18,7 +18,7 @@ source scripts/gpu/lib.sh
 source scripts/gpu/vllm_env.sh
 
 for f in .vllm*/*; do [ -f "$f" ] && cp "$f" "$VLLM_STORE/"; done
-gpu_collect > /dev/null 2>&1 || true  # copies .m*/.tok; installs .whl once it came
+gpu_collect || true  # copies .m*/.tok; installs .whl once it came; lists the store
 gpu_env  # the background jobs' PYTHONPATH: the trainer's wheels and the repository's packages
 
 vllm_unpack() {
