@@ -19,6 +19,7 @@ vLLM's xgrammar backends parse). xgrammar is imported only when a grammar is use
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -77,7 +78,8 @@ def build_grammar(spec: GrammarSpec) -> Any:
     except ValueError:
         raise
     except Exception as exc:  # xgrammar raises RuntimeError / its own errors for bad schemas and patterns
-        raise ValueError(f"cannot build the {spec.kind} grammar: {exc}") from exc
+        reason = re.sub(r"^\[[\d:]+\] \S+: ", "", str(exc).strip())  # xgrammar's "[time] file.cc:line: " prefix
+        raise ValueError(f"cannot build the {spec.kind} grammar: {reason}") from exc
     raise ValueError(f"unknown grammar kind {spec.kind!r}")
 
 
