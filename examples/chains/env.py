@@ -52,12 +52,23 @@ class ChainEnv(ToolEnv):
     def __init__(self, task: dict[str, Any], *, score_final_step: bool = False) -> None:
         super().__init__(task, tools=[StepCalculator()])
         self.score_final_step = score_final_step
+        self.results: list[str] = []  # what the calculator returned, in order
 
     async def step(self, action: dict[str, Any]) -> StepResult:
         result = await super().step(action)
+        self.results += [str(call["content"]) for call in result.info.get("tool_calls", [])]
         if result.done and self.score_final_step:
             result.reward = exact_final(str(action.get("content") or ""), self.task["answer"])
         return result
+
+    def anchor(self) -> str:
+        """GiGPO's state: how far along the chain the episode is -- the number of the chain's leading
+        intermediate results the calculator has returned so far (``progress 2/3``). Episodes of one task
+        that reached the same point share the anchor, whatever wrong calls they made on the way."""
+        seen = set(self.results)
+        steps = self.task.get("steps") or []
+        done = next((k for k, (*_, value) in enumerate(steps) if str(value) not in seen), len(steps))
+        return f"progress {done}/{len(steps)}"
 
 
 def final_number(text: str) -> int | None:

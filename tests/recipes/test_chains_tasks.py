@@ -139,3 +139,26 @@ def test_demonstrations_replay_through_the_gateway_as_finished_sessions(tmp_path
         tool_calls = [st.action.get("tool_calls") for st in session.steps]
         assert all(tool_calls[:2]) and not tool_calls[2]
         assert session.steps[1].messages_seen[-1]["content"] == str(demo.env.task["steps"][0][3])
+
+
+def test_chain_env_names_its_progress_as_the_gigpo_anchor():
+    task = make_tasks("train", 1, 7)[0]
+    turns = expert_turns(task)  # one correct call per operation, then the answer
+
+    async def anchors(actions):
+        env = ChainEnv(task)
+        await env.reset()
+        seen = [env.anchor()]
+        for action in actions:
+            await env.step(action)
+            seen.append(env.anchor())
+        return seen
+
+    n = len(task["steps"])
+    assert asyncio.run(anchors(turns)) == [f"progress {k}/{n}" for k in range(n + 1)] + [f"progress {n}/{n}"]
+    wrong = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "w", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": "1 + 1"})}}]}
+    # a detour through a wrong call leaves the episode where it was: the same state as the expert's
+    assert asyncio.run(anchors([turns[0], wrong, *turns[1:]]))[2:3] == ["progress 1/" + str(n)]
+    # skipping the first operation reaches no leading result
+    assert asyncio.run(anchors(turns[1:2]))[-1] == f"progress 0/{n}"
