@@ -139,7 +139,8 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 def engine_counters(backend: Any) -> dict[str, int]:
     s = backend.stats
     out: dict[str, float] = {k: int(getattr(s, k)) for k in ("forward_passes", "prefill_passes", "prefill_tokens",
-                                                             "cached_tokens", "decode_steps", "tokens_generated")}
+                                                             "cached_tokens", "decode_steps", "tokens_generated",
+                                                             "graph_captures")}
     out["busy_s"] = float(getattr(s, "busy_s", 0.0))
     return out
 
@@ -171,7 +172,7 @@ async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: 
             "prefill_tokens_per_call": round(delta["prefill_tokens"] / max(1, len(calls)), 1),
             "cached_tokens_per_call": round(delta["cached_tokens"] / max(1, len(calls)), 1),
             "forwards": delta["forward_passes"], "decode_steps": delta["decode_steps"],
-            "prefill_passes": delta["prefill_passes"],
+            "prefill_passes": delta["prefill_passes"], "graph_captures": delta["graph_captures"],
             "tokens_per_decode_step": round(delta["tokens_generated"] / max(1, delta["decode_steps"]), 2),
             "engine_busy_s": round(delta["busy_s"], 3),
             "ms_per_forward": round(1000 * delta["busy_s"] / max(1, delta["forward_passes"]), 2),

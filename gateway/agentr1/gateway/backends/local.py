@@ -21,7 +21,12 @@ and reuses the cached prefixes of earlier prompts (``prefix_cache``; ``GenerateR
 cached_tokens`` says how many prompt tokens it served). ``cache_bytes`` bounds the cache (idle
 prefixes are evicted first); ``exact`` (default: on the CPU) makes prefix reuse bit-exact;
 ``compile`` runs the decode step through ``torch.compile`` (fused kernels; one compilation per
-decode shape, so slow to warm up). New weights drop the cached prefixes.
+decode shape, so slow to warm up). New weights drop the cached prefixes. With rows running, small
+arrivals are admitted in groups (``_admission.py``).
+
+``engine_process``: the worker and the model live in a child process (``_engine_process.py``), with
+a GIL of their own; this object queues, pauses and forwards rows and weights (what ``agentr1 train``
+uses on a GPU). The process is spawned: a script that starts one needs ``if __name__ == "__main__"``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 
 import torch
 
+from ._admission import AdmissionPolicy
 from ._engine import BatchEngine, EngineStats, Row, end_token_ids, pad_token_id
 from ._slot_cache import use_grouped_decode_attention
 from ._weights import copy_into, read_safetensors
@@ -183,7 +189,7 @@ class LocalBackend:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._admission_s = 0.0  # seconds an admission step takes (moving average; _admit_now)
+        self._admission = AdmissionPolicy()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -479,22 +485,13 @@ class LocalBackend:
                 engine.reset()
             elapsed = time.perf_counter() - started
             self.stats.busy_s += elapsed
-            if admitted:  # what an admission costs the running rows (with the decode step after it)
-                self._admission_s = 0.8 * self._admission_s + 0.2 * elapsed if self._admission_s else elapsed
+            if admitted:
+                self._admission.record(elapsed)
         self._shutdown(engine)
 
     def _admit_now(self, engine: BatchEngine) -> bool:
-        """Whether to prefill the queued rows before the next decode step. An admission stalls every
-        running row for a prefill forward (tens of ms on a GPU, where a decode step takes a few), and
-        an agent's calls arrive one by one: admitting each alone made most of a rollout prefills. With
-        rows running, small arrivals wait until a quarter of the running rows has queued (or the
-        batch's free room), or the oldest has waited as long as an admission takes."""
-        if not self._queue or not engine.rows:
-            return True
-        room = self.max_batch_size - len(engine.rows)
-        if len(self._queue) >= max(1, min(room, len(engine.rows) // 4)):
-            return True
-        return time.perf_counter() - self._queue[0].queued_at >= self._admission_s
+        """Whether to prefill the queued rows before the next decode step (_admission.py)."""
+        return self._admission.admit_now(self._queue, len(engine.rows), self.max_batch_size)
 
     def _warm_up(self) -> None:
         """One small forward on this thread: its first use of the CPU thread pool is slow."""
