@@ -179,8 +179,10 @@ async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: 
             "thread_cpu_s": cpu_delta(cpu, thread_cpu())}, calls
 
 
-async def engine_only(backend: Any, calls: list[tuple[Any, int, float]]) -> dict[str, Any]:
-    """The rollout's requests on the engine alone: each session's calls in order, all sessions at once."""
+async def engine_only(recorder: Recorder, calls: list[tuple[Any, int, float]]) -> dict[str, Any]:
+    """The rollout's requests on the engine alone: each session's calls in order, all sessions at once
+    (through the backend's own ``generate``: not recorded)."""
+    backend, generate = recorder.backend, recorder.generate
     sessions: dict[str, list[Any]] = {}
     for i, (request, length, _) in enumerate(calls):
         sessions.setdefault(request.session_id or f"call-{i}", []).append(
@@ -188,7 +190,7 @@ async def engine_only(backend: Any, calls: list[tuple[Any, int, float]]) -> dict
     counters, cpu = engine_counters(backend), thread_cpu()
 
     async def one(requests: list[Any]) -> int:
-        return sum([len((await backend.generate(r)).output_ids) for r in requests])
+        return sum([len((await generate(r)).output_ids) for r in requests])
 
     started = time.perf_counter()
     tokens = sum(await asyncio.gather(*(one(rs) for rs in sessions.values())))
@@ -251,7 +253,7 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
             pyspy = args.pyspy if k == args.repeat - 1 else None
             r, calls = await rollout(serving, recorder, runner, tasks, n=args.n, run_id=run_id, step=k + 1,
                                      pyspy=pyspy, gil=args.gil)
-            e = await engine_only(serving.backend, calls)
+            e = await engine_only(recorder, calls)
             pairs.append({"rollout": r, "engine_only": e, "ratio": round(r["tokens_per_s"] / e["tokens_per_s"], 3)})
     finally:
         serving.close()
