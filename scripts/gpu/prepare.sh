@@ -19,7 +19,8 @@ mkdir -p .whl .m1 .m2 .m3 .tok
   httpcore2==2.16.2 truststore==0.10.5 jiter==0.19.0 sniffio==1.3.1 verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 \
   importlib-metadata==8.9.0 zipp==4.1.2 orjson==3.13.0 codetiming==1.4.0 omegaconf==2.3.1 datasets==5.2.0 \
   dill==0.4.1 multiprocess==0.70.19 transformers==5.10.4 tokenizers==0.22.2 gguf==0.19.0 \
-  jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0
+  jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0 \
+  xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 "$PY" -m pip wheel -q --no-deps antlr4-python3-runtime==4.9.3 -w .whl  # sdist only on PyPI (pure Python)
 
 gguf=$("$PY" -c 'from agentr1.core.models import smollm2_gguf_path; print(smollm2_gguf_path())')
