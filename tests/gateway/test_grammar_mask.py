@@ -13,7 +13,13 @@ import torch
 from transformers import AutoTokenizer
 
 from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
-from agentr1.gateway.backends._grammar import GrammarCache, grammar_mask, to_ebnf
+from agentr1.gateway.backends._grammar import (
+    GrammarCache,
+    grammar_mask,
+    to_ebnf,
+    unpack_on_device,
+    unpack_on_host,
+)
 from agentr1.gateway.backends._sampling import SamplingBatch, sample_batch, to_host
 from agentr1.gateway.backends.base import GrammarSpec
 
@@ -98,3 +104,12 @@ def test_the_tiny_model_writes_valid_output_under_each_grammar_kind(tiny_model_p
             assert all(lp <= 0 for lp in result.logprobs)
 
     asyncio.run(main())
+
+
+def test_the_host_and_device_unpacking_of_the_bitmask_agree():
+    words = torch.randint(-(2**31), 2**31 - 1, (3, 5), dtype=torch.int32, generator=torch.Generator().manual_seed(1))
+    host, device = unpack_on_host(words, 150), unpack_on_device(words, 150, torch.device("cpu"))
+    assert host.shape == (3, 150) and torch.equal(host, device)
+    for row in range(3):  # bit j of word w is token 32 w + j, the sign bit included
+        for token in (0, 31, 32, 63, 149):
+            assert bool(host[row, token]) == bool((int(words[row, token // 32]) >> (token % 32)) & 1)

@@ -164,14 +164,22 @@ def grammar_mask(rows: Iterable[tuple[int, RowGrammar | None]], logits: torch.Te
     for k, (_, grammar) in enumerate(active):
         grammar.fill(bitmask, k)
     device = logits.device
-    if device.type == "cpu":  # numpy unpacks on one thread: torch's ops would wait on busy cores for 32 KB of bits
-        bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
-        allowed = torch.from_numpy(bits[:, :vocab].astype(np.bool_))
-    else:
-        shifts = _SHIFTS.get(device)
-        if shifts is None:
-            shifts = _SHIFTS[device] = torch.arange(32, dtype=torch.int32, device=device)
-        words = bitmask.to(device, non_blocking=True)
-        allowed = ((words[:, :, None] >> shifts) & 1).bool().reshape(len(active), -1)[:, :vocab]
+    allowed = unpack_on_host(bitmask, vocab) if device.type == "cpu" else unpack_on_device(bitmask, vocab, device)
     index = torch.tensor([i for i, _ in active], dtype=torch.long).to(device, non_blocking=True)
     return index, allowed
+
+
+def unpack_on_host(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """xgrammar's int32 bitmask [n, words] -> bool [n, vocab] (bit j of word w: token 32 w + j), with numpy on
+    one thread: torch's threaded ops would wait on busy cores for a few KB of bits."""
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
+    return torch.from_numpy(bits[:, :vocab].astype(np.bool_))
+
+
+def unpack_on_device(bitmask: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
+    """As :func:`unpack_on_host`, on ``device`` (one small copy, then shifts there)."""
+    shifts = _SHIFTS.get(device)
+    if shifts is None:
+        shifts = _SHIFTS[device] = torch.arange(32, dtype=torch.int32, device=device)
+    words = bitmask.to(device, non_blocking=True)
+    return ((words[:, :, None] >> shifts) & 1).bool().reshape(words.shape[0], -1)[:, :vocab]
