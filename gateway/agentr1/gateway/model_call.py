@@ -190,8 +190,9 @@ class ModelCall:
             if self.plan.drift:
                 self.gw.metrics.drift += 1
         grammar = self.spec.grammar
-        if grammar is None and self.plan is not None and getattr(self.gw.backend, "accepts_grammar", False):
-            grammar = tool_call_grammar(self.tools, self.spec.tool_choice, self.plan.prefill)  # a forced call
+        if self.plan is not None and getattr(self.gw.backend, "accepts_grammar", False):
+            # a forced call wins over response_format: the prompt already opened the call, the turn has no content
+            grammar = tool_call_grammar(self.tools, self.spec.tool_choice, self.plan.prefill) or grammar
         for p, ids in enumerate(self.prompts):
             for i in range(self.spec.n):
                 sampling = SamplingParams(**asdict(self.spec.sampling))
