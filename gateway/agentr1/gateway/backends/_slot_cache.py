@@ -1,6 +1,8 @@
 """The local engine's KV cache: a fixed grid of slots, one sequence per slot, written in place.
 
-Per layer one key and one value tensor ``[slots, kv_heads, capacity, head_dim]``. A sequence keeps
+Per layer one key and one value tensor ``[slots, kv_heads, capacity, head_dim]``, views of one
+tensor of all layers each (so copying a prefix between slots is two copies, not two per layer: an
+admission and a retirement each copy one per row). A sequence keeps
 its tokens at their own positions ``0..n-1`` of its slot (no left padding, no concatenation), so a
 decode step writes one column per row and a finished sequence can stay where it is as a reusable
 prefix (see :mod:`._prefix`). The last column of every slot is scratch: rows that only pad a batch
@@ -40,8 +42,9 @@ class SlotCache:
         self.device, self.dtype = device, dtype
         self.slots = 0
         self.capacity = 0
-        self.keys: list[torch.Tensor] = []
+        self.keys: list[torch.Tensor] = []  # views of _all_keys, one per layer
         self.values: list[torch.Tensor] = []
+        self._all_keys = self._all_values = torch.zeros(0)
         self._write_slots: torch.Tensor | None = None
         self._write_cols: torch.Tensor | None = None
         self._read_slots: torch.Tensor | None = None
@@ -60,28 +63,25 @@ class SlotCache:
     def resize(self, slots: int, capacity: int, moves: dict[int, int]) -> None:
         """Reallocate as ``slots`` x ``capacity``, copying slot ``old`` to slot ``new`` for each of
         ``moves`` (the prefix each slot holds, up to the smaller capacity)."""
-        shape = (slots, self.kv_heads, capacity, self.head_dim)
+        shape = (self.layers, slots, self.kv_heads, capacity, self.head_dim)
         keep = min(self.capacity, capacity) - 1
-        keys, values = [], []
-        for layer in range(self.layers):
-            k = torch.zeros(shape, dtype=self.dtype, device=self.device)
-            v = torch.zeros(shape, dtype=self.dtype, device=self.device)
-            if moves and keep > 0:
-                old = torch.tensor(list(moves), dtype=torch.long, device=self.device)
-                new = torch.tensor(list(moves.values()), dtype=torch.long, device=self.device)
-                k[new, :, :keep] = self.keys[layer][old, :, :keep]
-                v[new, :, :keep] = self.values[layer][old, :, :keep]
-            keys.append(k)
-            values.append(v)
+        keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        values = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if moves and keep > 0:
+            old = torch.tensor(list(moves), dtype=torch.long, device=self.device)
+            new = torch.tensor(list(moves.values()), dtype=torch.long, device=self.device)
+            for layer in range(self.layers):  # a layer at a time: no temporary of the whole cache
+                keys[layer, new, :, :keep] = self._all_keys[layer, old, :, :keep]
+                values[layer, new, :, :keep] = self._all_values[layer, old, :, :keep]
         self.keys, self.values = [], []  # free the old tensors before the new ones are kept
-        self.keys, self.values = keys, values
+        self._all_keys, self._all_values = keys, values
+        self.keys, self.values = list(keys.unbind(0)), list(values.unbind(0))
         self.slots, self.capacity = slots, capacity
 
     def copy_prefix(self, source: int, target: int, length: int) -> None:
-        """Copy the first ``length`` positions of slot ``source`` into slot ``target``."""
-        for k, v in zip(self.keys, self.values, strict=True):
-            k[target, :, :length] = k[source, :, :length]
-            v[target, :, :length] = v[source, :, :length]
+        """Copy the first ``length`` positions of slot ``source`` into slot ``target`` (all layers)."""
+        self._all_keys[:, target, :, :length] = self._all_keys[:, source, :, :length]
+        self._all_values[:, target, :, :length] = self._all_values[:, source, :, :length]
 
     def begin(
         self, write_slots: torch.Tensor, write_cols: torch.Tensor, kv_len: int, read_slots: torch.Tensor | None
