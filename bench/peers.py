@@ -48,11 +48,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _python312() -> str:
-    found = shutil.which("python3.12") or next(iter(sorted(glob.glob("/root/.pyenv/versions/3.12*/bin/python3.12"))),
-                                                None)
-    if found is None:
-        raise SystemExit("the peers need Python 3.12 (python3.12 not found); pass --peers-venv of a ready venv")
-    return found
+    """A Python 3.12 that runs (a pyenv shim is on PATH even where pyenv's selected version lacks 3.12)."""
+    candidates = [shutil.which("python3.12"), *sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.12*/bin/python3.12")))]
+    for found in filter(None, candidates):
+        if subprocess.run([found, "--version"], capture_output=True).returncode == 0:
+            return found
+    raise SystemExit("the peers need Python 3.12 (python3.12 not found); pass --peers-venv of a ready venv")
 
 
 def ensure_peers_venv(venv: Path) -> Path:

@@ -294,6 +294,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="conversations measured without the profiler")
     parser.add_argument("--profile-reps", type=int, default=2, help="conversations whose early/late turns are profiled")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--no-stages", action="store_true", help="skip part 3 (e.g. against an older tree)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -342,8 +343,9 @@ def main() -> None:
     if args.profile_reps:
         print(f"\n### Hot spots (cProfile, thread CPU time, {args.profile_reps} conversations)")
         print("\n".join(_hot_spots(tmp, args.top)))
-    print("\n### Stages that grow with the history, timed without a profiler (CPU per call)\n")
-    print("\n".join(_stage_costs()))
+    if not args.no_stages:
+        print("\n### Stages that grow with the history, timed without a profiler (CPU per call)\n")
+        print("\n".join(_stage_costs()))
     subprocess.run(["rm", "-rf", str(tmp)], check=False)
 
 

@@ -57,12 +57,13 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
     if call.parent_index is not None and plan.continued:
         feedback = FeedbackRecord(state.id, call.parent_index, plan.new_messages, list(plan.new_ids))
     steps = []
+    prompt_ids = plan.prompt_ids  # the plan's own list (built for this call), shared with the session's memory
     for c in choices:
         assert c.result is not None
         message = c.message
         steps.append(StepRecord(
             session_id=state.id, index=c.step, parent_index=call.parent_index,
-            observation_ids=list(plan.prompt_ids), action_ids=c.result.output_ids,
+            observation_ids=prompt_ids, action_ids=c.result.output_ids,
             action_logprobs=c.result.logprobs, messages_sent=sent, messages_seen=seen,
             tools=call.tools, sampling=_sampling(call, asdict(spec.sampling)), finish_reason=c.finish_reason,
             policy_version=c.result.policy_version, backend=gw.backend.name, model=gw.backend.model_name,
@@ -97,7 +98,7 @@ def remember_choices(call: ModelCall, choices: list[Choice]) -> None:
     assert plan is not None
     retry_of = call.retry_of
     turns = [
-        (c.step, PreviousTurn(messages=call.messages_seen or [], tools=call.tools, prompt_ids=list(plan.prompt_ids),
+        (c.step, PreviousTurn(messages=call.messages_seen or [], tools=call.tools, prompt_ids=plan.prompt_ids,
                               action_ids=c.result.output_ids if c.result else [], assistant_message=c.message,
                               prefill=plan.prefill))
         for c in choices

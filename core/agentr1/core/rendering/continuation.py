@@ -139,6 +139,9 @@ def _fresh(messages: Sequence[Message], tools: Sequence[Tool] | None, renderer: 
 
 
 def _first_difference(previous: Sequence[Message], messages: Sequence[Message]) -> int | None:
+    n = len(previous)
+    if len(messages) >= n and list(messages[:n]) == list(previous):  # resent as it was: compared in C (identity)
+        return None
     for i, old in enumerate(previous):
         if i >= len(messages):
             return i
