@@ -22,6 +22,7 @@ import itertools
 import logging
 import multiprocessing
 import queue
+import shutil
 import threading
 import traceback
 from collections.abc import Callable, Mapping
@@ -169,7 +170,8 @@ def pack(tensors: Mapping[str, Any]) -> tuple[dict[Any, Any], list[tuple[str, An
     """The tensors copied into one shared-memory buffer per dtype (a pickled shared tensor is a file
     descriptor, so one per dtype, however many tensors), with (name, dtype, offset, shape) of each.
     Through host memory, not CUDA IPC: that fails under ``expandable_segments`` and would alias the
-    trainer's live parameters."""
+    trainer's live parameters. Where /dev/shm has no room for them (a container's 64 MB default), the
+    buffers go as bytes through the pipe instead."""
     import torch
 
     sizes: dict[Any, int] = {}
@@ -177,15 +179,32 @@ def pack(tensors: Mapping[str, Any]) -> tuple[dict[Any, Any], list[tuple[str, An
     for name, t in tensors.items():
         specs.append((name, t.dtype, sizes.get(t.dtype, 0), tuple(t.shape)))
         sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
-    flats = {dtype: torch.empty(n, dtype=dtype).share_memory_() for dtype, n in sizes.items()}
+    total = sum(n * torch.empty((), dtype=dtype).element_size() for dtype, n in sizes.items())
+    shared = _shm_free() > 2 * total + (64 << 20)
+    flats = {dtype: torch.empty(n, dtype=dtype) for dtype, n in sizes.items()}
+    if shared:
+        flats = {dtype: flat.share_memory_() for dtype, flat in flats.items()}
     with torch.no_grad():
         for (_, dtype, offset, _), t in zip(specs, tensors.values(), strict=True):
             flats[dtype][offset: offset + t.numel()].copy_(t.detach().reshape(-1))
+    if not shared:
+        flats = {dtype: flat.view(torch.uint8).numpy().tobytes() for dtype, flat in flats.items()}
     return flats, specs
 
 
+def _shm_free() -> int:
+    try:
+        return shutil.disk_usage("/dev/shm").free
+    except OSError:
+        return 0
+
+
 def unpack(packed: tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ...]]]]) -> dict[str, Any]:
+    import torch
+
     flats, specs = packed
+    flats = {dtype: torch.frombuffer(bytearray(flat), dtype=torch.uint8).view(dtype) if isinstance(flat, bytes)
+             else flat for dtype, flat in flats.items()}
     out = {}
     for name, dtype, offset, shape in specs:
         n = 1
