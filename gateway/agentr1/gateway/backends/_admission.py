@@ -5,9 +5,11 @@ ms measured on the H200, eager kernels), where a captured decode step of 128 row
 a rollout an agent's calls arrive one by one, as the gateway answers the previous ones, so admitting
 each arrival alone made most of the rollout prefills. With rows running, a few queued requests
 wait until a quarter of the running rows has queued (or as many as the batch has room for), or the
-oldest has waited as long as an admission takes (a moving average of the measured ones): no request
-waits more than one admission, and admissions stay a bounded share of the time. With nothing
-running, or a batch of fewer than eight rows, every arrival is admitted at once.
+oldest has waited as long as an admission takes (a moving average of the measured ones, each counted
+as at most :data:`MAX_WAIT_S`: a first admission that allocated the cache or captured graphs does not
+hold the next ones back): no request waits more than one admission, and admissions stay a bounded
+share of the time. With nothing running, or a batch of fewer than eight rows, every arrival is
+admitted at once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from collections.abc import Sequence
 
 from ._rows import Row
 
-__all__ = ["AdmissionPolicy"]
+__all__ = ["MAX_WAIT_S", "AdmissionPolicy"]
+
+MAX_WAIT_S = 0.25
 
 
 class AdmissionPolicy:
@@ -34,4 +38,5 @@ class AdmissionPolicy:
 
     def record(self, seconds: float) -> None:
         """The wall time of a worker step that admitted rows (its prefill and the decode step after it)."""
+        seconds = min(seconds, MAX_WAIT_S)
         self.admission_s = 0.8 * self.admission_s + 0.2 * seconds if self.admission_s else seconds
