@@ -13,8 +13,8 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 Status (2026-12-01): the RL half of the laptop bar is shown, the budget half is not. With the defaults
 (12 demonstrations, 6 SFT steps of 2; 3 GRPO steps of 4 chains x 4 samples, lr 3e-5, 4 optimizer
 steps of 4 rows each) one run went 4/32 -> 15/32 held-out, but took 1,427 CPU-seconds (~12 min on 2
-free cores, more than the 10) and 7.9 GB peak resident memory (the RL stage; the bar is 6 GB);
-docs/results.md, "The laptop demo".
+free cores, more than the 10) and 7.9 GB peak resident memory (the RL stage; the bar is 6 GB); a run
+with a 24-demo SFT start and minibatches of 8 went 6/32 -> 4/32 (docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
