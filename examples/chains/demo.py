@@ -15,13 +15,15 @@ Status (2026-12-01): the RL half of the laptop bar is shown, the budget half is 
 steps of 4 rows each) one run went 4/32 -> 15/32 held-out, but took 1,427 CPU-seconds (~12 min on 2
 free cores, more than the 10) and 7.9 GB peak resident memory (the RL stage; the bar is 6 GB); a run
 with a 24-demo SFT start and minibatches of 8 went 6/32 -> 4/32 (docs/results.md, "The laptop demo").
+The default is 2 GRPO steps: from the same SFT checkpoint 2 steps went 2/32 -> 11/32 with 806 CPU-s for
+the RL stage (~1,180 CPU-s, ~10 min, for the whole demo, estimated from the stages; 8.1 GB peak).
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
 the traces (``scripts/gpu/episode_stats.py``), where the curves, traces and checkpoint are, and the ``agentr1 view``
 command. ``summary.json`` in the output folder holds it all, with wall time and peak memory.
 
-    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 3] [train overrides ...]
+    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 2] [train overrides ...]
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sft-epochs", type=int, default=1)
     parser.add_argument("--sft-batch", type=int, default=2, help="demonstrations per SFT optimizer step")
     parser.add_argument("--sft-lr", type=float, default=5e-5)
-    parser.add_argument("--rl-steps", type=int, default=3)
+    parser.add_argument("--rl-steps", type=int, default=2)
     parser.add_argument("--val", type=int, default=32, help="held-out chains (one sample each)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")
