@@ -185,8 +185,7 @@ def test_a_connection_closed_without_an_answer_is_a_lost_connection(hanging_up_s
 
 class DropFirstFinish:
     """A real TCP proxy in front of the gateway that closes the connection of the first ``/finish``
-    request without forwarding it (a connection lost on the way), and relays everything else. It
-    looks at every request a connection carries (the SDK keeps its connections alive)."""
+    request without forwarding it (a connection lost on the way), and relays everything else."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = int(upstream.rsplit(":", 1)[1])
@@ -207,21 +206,20 @@ class DropFirstFinish:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        upstream = socket.create_connection(("127.0.0.1", self.upstream))
-        threading.Thread(target=self._pipe, args=(upstream, conn), daemon=True).start()
-        self._pipe(conn, upstream, requests=True)
-
-    def _drops(self, data: bytes) -> bool:
-        if b"/finish" in data.split(b"\r\n", 1)[0] and not self.dropped:
+        first = conn.recv(65536)
+        if b"/finish" in first.split(b"\r\n", 1)[0] and not self.dropped:
             self.dropped += 1
-            return True
-        return False
+            conn.close()
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        upstream.sendall(first)
+        threading.Thread(target=self._pipe, args=(conn, upstream), daemon=True).start()
+        self._pipe(upstream, conn)
 
-    def _pipe(self, source: socket.socket, sink: socket.socket, requests: bool = False) -> None:
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
-                if requests and self._drops(data):
-                    break
                 sink.sendall(data)
         except OSError:
             pass

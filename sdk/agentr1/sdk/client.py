@@ -19,11 +19,9 @@ each names the httpx exception, the call and the timeout.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import ssl
 import threading
-import weakref
 from typing import Any
 
 import httpx
@@ -132,33 +130,6 @@ def shared_ssl_context() -> ssl.SSLContext:
         return _ssl
 
 
-_loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
-
-
-async def _loop_client() -> httpx.AsyncClient:
-    """One pooled client per event loop for the SDK's own calls (sessions, rewards, anchors): a client
-    per call built an httpx client (reading the proxy environment) and opened and closed a connection
-    each time, ~1.8 ms of CPU a call measured on the 2-core VM, on the loop the agents run on. Closed
-    when the loop shuts down its async generators (``asyncio.run`` does)."""
-    loop = asyncio.get_running_loop()
-    client = _loop_clients.get(loop)
-    if client is None or client.is_closed:
-        client = httpx.AsyncClient(verify=shared_ssl_context(), timeout=_timeout(),
-                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
-        _loop_clients[loop] = client
-        holder = _close_at_shutdown(client)
-        await holder.__anext__()  # parked at its yield until loop.shutdown_asyncgens() closes it
-        client._agentr1_holder = holder  # type: ignore[attr-defined]  # alive as long as the client
-    return client
-
-
-async def _close_at_shutdown(client: httpx.AsyncClient) -> Any:
-    try:
-        yield
-    finally:
-        await client.aclose()
-
-
 def request(method: str, path: str, session: ActiveSession | None = None, json: Any = None) -> dict[str, Any]:
     """A blocking call to the gateway (sync agents, the subprocess runner)."""
     url = gateway_url() if session is None else session.gateway_url
@@ -174,8 +145,8 @@ async def arequest(method: str, path: str, session: ActiveSession | None = None,
     """The same call for async code: never blocks the event loop."""
     url = gateway_url() if session is None else session.gateway_url
     try:
-        response = await (await _loop_client()).request(method, url + path, headers=_auth(session), json=json,
-                                                        timeout=_timeout())
+        async with httpx.AsyncClient(timeout=_timeout(), verify=shared_ssl_context()) as client:
+            response = await client.request(method, url + path, headers=_auth(session), json=json)
     except httpx.TransportError as exc:
         raise transport_error(url, method, path, exc) from exc
     return _raise_for(response)
