@@ -45,6 +45,7 @@ import torch
 
 from ._admission import AdmissionPolicy
 from ._engine import BatchEngine, EngineStats, Row, end_token_ids, pad_token_id
+from ._sink import Sink
 from ._slot_cache import use_grouped_decode_attention
 from ._weights import copy_into, read_safetensors
 from .base import (
@@ -61,46 +62,6 @@ __all__ = ["EngineStats", "LocalBackend"]
 log = logging.getLogger(__name__)
 
 MAX_TOP_LOGPROBS = 20
-
-
-class _Sink:
-    """Hands a row's tokens to the event loop that waits for them."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, streaming: bool) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[GenerateResult] | None = None if streaming else loop.create_future()
-        self.queue: asyncio.Queue[StreamDelta | BaseException] | None = asyncio.Queue() if streaming else None
-
-    def _call(self, fn: Any, *args: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    def delta(self, token_ids: list[int], logprobs: list[float]) -> None:
-        if self.queue is not None:
-            self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs)))
-
-    def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
-        if self.queue is not None:
-            self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs), result=result))
-        else:
-            self._call(_resolve, self.future, result, None)
-
-    def error(self, exc: BaseException) -> None:
-        if self.queue is not None:
-            self._call(self.queue.put_nowait, exc)
-        else:
-            self._call(_resolve, self.future, None, exc)
-
-
-def _resolve(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(value)
 
 
 def _pick_device(device: str) -> torch.device:
@@ -365,9 +326,9 @@ class LocalBackend:
         except ValueError as exc:
             raise BackendError(str(exc), status_code=400) from exc
 
-    def _submit(self, request: GenerateRequest, *, streaming: bool, grammar: Any = None) -> tuple[Row, _Sink]:
+    def _submit(self, request: GenerateRequest, *, streaming: bool, grammar: Any = None) -> tuple[Row, Sink]:
         self.validate(request)
-        sink = _Sink(asyncio.get_running_loop(), streaming)
+        sink = Sink(asyncio.get_running_loop(), streaming)
         row = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
                   multimodal=request.multimodal, grammar=grammar)
         return self.enqueue(row), sink
