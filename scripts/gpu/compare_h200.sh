@@ -15,6 +15,8 @@
 #                                    (examples/chains/estimators/compare.py) and a tarball of every metric and log
 #                                    into $OUT (5 files)
 #
+# At most MAX_PARALLEL (10) runs train at once; the next starts as one ends (its evaluation included): 21 at once
+# ran out of the H200's memory at start on 2026-12-01 (~12 GB of GPU memory a run, ~21 GB with a critic).
 # Budget (the same for every estimator): RL_STEPS (16) steps of 8 chains x 4 samples (32 episodes; 2 optimizer
 # steps of 16), a checkpoint every SAVE_FREQ (2) steps. All 21 runs share the GPU and the 16 cores. Training stops
 # RL_TRAIN_END_S (1020 s) after the `start` call began -- whatever step a run reached -- so that the evaluations
@@ -37,6 +39,7 @@ TRAIN_CFG=examples/chains/train_gpu.yaml
 SFT_CFG=examples/chains/sft.yaml
 DEMOS_FN=examples.chains.expert:demonstrations
 DEMOS=${DEMOS:-128} EPOCHS=${EPOCHS:-1} VAL=${VAL:-128}
+MAX_PARALLEL=${MAX_PARALLEL:-10}  # runs at once: 21 at once ran out of GPU memory at start (docs/results.md)
 RL_STEPS=${RL_STEPS:-16} SAVE_FREQ=${SAVE_FREQ:-2} RL_TRAIN_END_S=${RL_TRAIN_END_S:-1020} RL_WALL_S=${RL_WALL_S:-600}
 ESTIMATORS=${ESTIMATORS:-grpo rloo reinforce_plus_plus reinforce_plus_plus_baseline gae steppo gigpo}
 DEVICE_OUT=${OUT:-$PWD/out/compare}
@@ -143,6 +146,7 @@ stage_driver() {
       if [ -f "$RL/$name/seed$seed/eval_stats.json" ] && last_json "$RL/$name/seed$seed/run.json" cut | grep -q False
       then continue  # trained and evaluated in an earlier driver
       fi
+      while [ "$(jobs -rp | wc -l)" -gt "$MAX_PARALLEL" ]; do sleep 5; done  # (+1: the pruner)
       rl_run "$name" "$seed" "$deadline" &
     done
   done
