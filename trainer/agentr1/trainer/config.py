@@ -279,6 +279,9 @@ class ActorConfig(_Strict):
     loss_agg_mode: str = "token-mean"
     grad_clip: float = 1.0
     max_length: int = 4096
+    # recompute each layer's activations in the backward pass instead of keeping them: the same numbers,
+    # less peak memory (the laptop demo's update: 5.4 -> 3.4 GB), ~12% more update compute
+    gradient_checkpointing: bool = False
 
 
 class CriticOptimConfig(_Strict):
