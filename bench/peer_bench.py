@@ -15,8 +15,9 @@ Each call is an 11-message (~290-token) chat prompt, the last message naming the
 call, ``max_tokens`` 32 (the backend's reply is 32 tokens). All gateways start first; each gets a
 warm-up session; then ``--seq-sessions`` sessions of ``--calls`` calls one at a time, session by
 session, each gateway in turn (latency p50/p99, calls/s at 1 session: calls over the time spent
-in them); then, gateway after gateway, ``--sessions`` sessions x ``--calls`` calls concurrently
-(calls/s at 64 sessions).
+in them); then ``--rounds`` rounds (3) of ``--sessions`` sessions x ``--calls`` calls concurrently, each
+round running every gateway in turn in an order rotated from round to round (calls/s at 64
+sessions: all the rounds' calls over their time; p50/p99 over all their calls).
 Clients are plain ``httpx.AsyncClient`` pools (default keep-alive expiry, 5 s, as the OpenAI client),
 one per phase, sized to the sessions. A call that fails (transport error, non-200 status, an answer
 without text) is counted as a client-side error and the session goes on. After the load, the calls
@@ -186,6 +187,7 @@ def main() -> None:
     parser.add_argument("--seq-sessions", type=int, default=25)
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--calls", type=int, default=20, help="calls per session")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the concurrent phase (order rotated)")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -219,9 +221,18 @@ def main() -> None:
             r.stored = gw.stored(r.session_urls)
             results[gw.name]["sequential"] = r.summary()
             print(f"{gw.name:8s} sequential {json.dumps(results[gw.name]['sequential'])}", flush=True)
-        for gw in gateways:  # 64 sessions at once: each gateway in turn
-            r = asyncio.run(run_phase(gw, sessions=args.sessions, calls=args.calls, max_tokens=args.max_tokens,
-                                      tag=f"{gw.name}-concurrent", concurrent=True))
+        # 64 sessions at once, in --rounds rounds; each round runs every gateway in turn, the order rotated
+        # from round to round, so that a load change during the run falls on every gateway alike
+        concurrent: dict[str, list[PhaseResult]] = {gw.name: [] for gw in gateways}
+        for k in range(args.rounds):
+            shift = k % len(gateways)
+            for gw in gateways[shift:] + gateways[:shift]:
+                concurrent[gw.name].append(asyncio.run(run_phase(
+                    gw, sessions=args.sessions, calls=args.calls, max_tokens=args.max_tokens,
+                    tag=f"{gw.name}-concurrent{k}", concurrent=True)))
+        for gw in gateways:
+            r = PhaseResult.merge(concurrent[gw.name])
+            r.sessions = args.sessions  # per round
             r.stored = gw.stored(r.session_urls)
             results[gw.name]["concurrent"] = r.summary()
             print(f"{gw.name:8s} concurrent {json.dumps(results[gw.name]['concurrent'])}", flush=True)

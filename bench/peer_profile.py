@@ -135,7 +135,8 @@ def main() -> None:
         gateway.stop()
         backend.terminate()
         backend.wait(timeout=30)
-        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+        if not os.environ.get("KEEP_PROFILE"):
+            subprocess.run(["rm", "-rf", str(tmp)], check=False)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ Used only by the call (under its session's lock); split out to keep the call's f
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from agentr1.core.rendering import PreviousTurn
@@ -44,7 +43,7 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
         return [StepRecord(
             session_id=state.id, index=c.step, observation_ids=list(call.prompts[c.prompt_index]),
             action_ids=c.result.output_ids, action_logprobs=c.result.logprobs,
-            sampling={**asdict(spec.sampling), "endpoint": "completions"},
+            sampling={**spec.sampling.as_dict(), "endpoint": "completions"},
             action={"content": c.message["content"], "tool_calls": None, "reasoning": None},
             finish_reason=c.result.finish_reason, policy_version=c.result.policy_version, backend=gw.backend.name,
             model=gw.backend.model_name, trainable=gw.backend.trainable, latency_ms=latency_ms,
@@ -65,7 +64,7 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
             session_id=state.id, index=c.step, parent_index=call.parent_index,
             observation_ids=prompt_ids, action_ids=c.result.output_ids,
             action_logprobs=c.result.logprobs, messages_sent=sent, messages_seen=seen,
-            tools=call.tools, sampling=_sampling(call, asdict(spec.sampling)), finish_reason=c.finish_reason,
+            tools=call.tools, sampling=_sampling(call, spec.sampling.as_dict()), finish_reason=c.finish_reason,
             policy_version=c.result.policy_version, backend=gw.backend.name, model=gw.backend.model_name,
             trainable=gw.backend.trainable, drift=plan.drift, retry_of=call_retry_of, latency_ms=latency_ms,
             action={"content": message.get("content"), "tool_calls": message.get("tool_calls"),

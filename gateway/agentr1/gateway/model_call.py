@@ -21,7 +21,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -195,7 +195,7 @@ class ModelCall:
             grammar = tool_call_grammar(self.tools, self.spec.tool_choice, self.plan.prefill) or grammar
         for p, ids in enumerate(self.prompts):
             for i in range(self.spec.n):
-                sampling = SamplingParams(**asdict(self.spec.sampling))
+                sampling = self.spec.sampling.copy()
                 if sampling.seed is not None:
                     sampling.seed += i
                 choice = len(self.jobs)

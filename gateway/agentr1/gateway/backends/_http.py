@@ -150,6 +150,12 @@ def check(response: httpx.Response, what: str) -> None:
     raise BackendError(message, status_code=400 if status in (400, 413, 422) else 502)
 
 
+def json_body(response: httpx.Response) -> Any:
+    """The JSON of an answer, parsed by orjson (``httpx.Response.json`` uses the json module: 2% of the
+    gateway's CPU per call at the peer benchmark's answer size)."""
+    return orjson.loads(response.content)
+
+
 def transport_error(exc: httpx.HTTPError, server: Server, timeout: float) -> Exception:
     """What a failed connection means: the server is down (retry elsewhere), or it timed out."""
     if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
@@ -172,7 +178,8 @@ def _as_httpx_error(exc: BaseException, request: httpx.Request) -> httpx.HTTPErr
 
 class FastPoster:
     """JSON POSTs over one pooled aiohttp session (opened lazily inside the running loop).
-    ``post`` answers an ``httpx.Response`` and raises httpx errors, as ``httpx.AsyncClient.post``."""
+    ``post`` answers an ``httpx.Response`` (without ``request``: read it with :func:`json_body`, not
+    ``raise_for_status``) and raises httpx errors, as ``httpx.AsyncClient.post``."""
 
     def __init__(self, *, timeout: float, headers: dict[str, str], keepalive_s: float = 4.0) -> None:
         self.timeout, self.headers, self.keepalive_s = timeout, headers, keepalive_s
@@ -190,7 +197,6 @@ class FastPoster:
     async def post(self, url: str, body: Any = None, *, timeout: float | None = None,
                    params: dict[str, Any] | None = None) -> httpx.Response:
         total = self.timeout if timeout is None else timeout
-        request = httpx.Request("POST", url)
         limits = aiohttp.ClientTimeout(total=total, sock_connect=min(5.0, total))
         data = None if body is None else orjson.dumps(body)
         try:
@@ -198,10 +204,11 @@ class FastPoster:
                                          headers={"Content-Type": "application/json"} if data is not None else None
                                          ) as answer:
                 content = await answer.read()
-                return httpx.Response(answer.status, headers=list(answer.headers.items()), content=content,
-                                      request=request)
+                # no httpx.Request: building one parses the URL, a tenth of the gateway's CPU per call in
+                # bench/peer_profile.py; nothing reads it from an answer (only the errors below carry one)
+                return httpx.Response(answer.status, headers=list(answer.headers.items()), content=content)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _as_httpx_error(exc, request) from exc
+            raise _as_httpx_error(exc, httpx.Request("POST", url)) from exc
 
     async def close(self) -> None:
         session, self._session = self._session, None

@@ -7,8 +7,8 @@ never talks to a model any other way.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from agentr1.core.rendering import MultimodalInputs
@@ -42,6 +42,17 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)  # in addition to the model's end tokens
     seed: int | None = None
     top_logprobs: int = 0  # alternatives to return per sampled token (OpenAI `top_logprobs`)
+
+    def copy(self) -> SamplingParams:
+        """An independent copy, its lists too (``dataclasses.asdict`` deep-copies field by field: ~0.1 ms a
+        call on the gateway's call path)."""
+        return replace(self, stop=list(self.stop), stop_token_ids=list(self.stop_token_ids))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (lists copied), as ``dataclasses.asdict`` gives them."""
+        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
+                "top_k": self.top_k, "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids),
+                "seed": self.seed, "top_logprobs": self.top_logprobs}
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from ._http import Retry, Server, check, stream_events, transport_error
+from ._http import Retry, Server, check, json_body, stream_events, transport_error
 from ._remote import RemoteBase, TokenOutput
 from .base import BackendError, GenerateRequest, GenerateResult, GrammarSpec, StreamDelta, TokenLogprob
 
@@ -186,7 +186,7 @@ class SGLangBackend(RemoteBase):
     async def _generate_once(self, server: Server, attempt: int, *, request: GenerateRequest) -> GenerateResult:
         r = await self._post(server, "/generate", self.payload(request, stream=False, attempt=attempt))
         check(r, f"SGLang {server.url}")
-        body = r.json()
+        body = json_body(r)
         out = _Output(request.sampling.top_logprobs)
         out.add(body)
         return self._result(out, body.get("meta_info") or {}, request)

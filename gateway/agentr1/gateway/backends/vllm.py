@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import httpx
 
-from ._http import Retry, Server, check, error_message, stream_events, transport_error
+from ._http import Retry, Server, check, error_message, json_body, stream_events, transport_error
 from ._remote import RemoteBase, TokenOutput
 from .base import BackendError, GenerateRequest, GenerateResult, GrammarSpec, StreamDelta, TokenLogprob
 
@@ -153,7 +153,7 @@ class VLLMBackend(RemoteBase):
     async def _generate_once(self, server: Server, attempt: int, *, request: GenerateRequest) -> GenerateResult:
         r = await self._post(server, "/v1/completions", self.payload(request, stream=False, attempt=attempt))
         check(r, f"vLLM {server.url}")
-        body = r.json()
+        body = json_body(r)
         choice = body["choices"][0]
         out = _Output(request.sampling.top_logprobs)
         out.add(choice)
