@@ -207,3 +207,59 @@ def test_postgres_connections_terminated_mid_load_lose_no_answered_step(renderer
     finally:
         store.close()
         killer.close()
+
+
+class ThreadRecordingStore(TraceStore):
+    """A real SQLite store that notes which thread each successful commit ran on."""
+
+    committed_on: list[int]
+
+    def append_steps(self, steps, feedback=()):
+        super().append_steps(steps, feedback)
+        self.committed_on.append(threading.get_ident())
+
+    def try_append_steps(self, steps, feedback=()):
+        done = super().try_append_steps(steps, feedback)
+        if done:
+            self.committed_on.append(threading.get_ident())
+        return done
+
+
+def test_the_writer_commits_on_the_loop_when_it_can_and_never_blocks_it_on_a_held_lock(tmp_path):
+    """Free lock: the commit runs on the event loop's own thread (no hand-off). Lock held by another connection:
+    the commit goes to a thread and waits there, the loop keeps running (a ticker every 10 ms goes on), and the
+    step is stored once the lock is released."""
+    path = tmp_path / "inline.db"
+    store = ThreadRecordingStore(TraceStore.open(f"sqlite:///{path}").engine)
+    store.committed_on = []
+    sid = store.create_session()
+
+    async def scenario() -> tuple[int, int, float]:
+        loop_thread = threading.get_ident()
+        writer = StepWriter(store, interval_s=0)
+        await writer.start()
+        await writer.submit(StepRecord(session_id=sid, index=0, observation_ids=[1], action_ids=[2]))
+        lock = HeldWriteLock(str(path))
+        threading.Timer(1.0, lock.release).start()
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticking = asyncio.create_task(ticker())
+        started = time.monotonic()
+        await writer.submit(StepRecord(session_id=sid, index=1, observation_ids=[1], action_ids=[2]))
+        waited = time.monotonic() - started
+        ticking.cancel()
+        await writer.close()
+        return loop_thread, ticks, waited
+
+    loop_thread, ticks, waited = asyncio.run(scenario())
+    assert store.committed_on[0] == loop_thread  # lock free: committed in place
+    assert store.committed_on[1] != loop_thread  # lock held: committed by a worker thread
+    assert waited >= 0.9 and ticks >= 30, (waited, ticks)  # it waited for the lock; the loop did not
+    assert [s.index for s in store.get_session(sid).steps] == [0, 1]
+    store.close()

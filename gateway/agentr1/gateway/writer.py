@@ -12,6 +12,11 @@ commit, not 64. Durability contract:
   steps the writer could not commit are logged with their session ids.
 
 Graceful shutdown always flushes the queue.
+
+Where the commit runs: a batch of up to ``inline_max`` items commits on the event loop itself when the
+store can do it without waiting (SQLite whose write lock is free at that moment: the commit is then CPU
+only); otherwise, and always on PostgreSQL, in a worker thread, so a lock held by another process or a
+network round trip never stalls the loop.
 """
 
 from __future__ import annotations
@@ -37,8 +42,10 @@ class _Item:
 
 
 class StepWriter:
-    def __init__(self, store: TraceStore, *, batch_size: int = 256, interval_s: float = 0.005) -> None:
+    def __init__(self, store: TraceStore, *, batch_size: int = 256, interval_s: float = 0.005,
+                 inline_max: int = 16) -> None:
         self.store = store
+        self.inline_max = inline_max  # batches up to this size commit on the loop when they need not wait
         self.batch_size = batch_size
         self.interval_s = interval_s
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
@@ -93,7 +100,8 @@ class StepWriter:
     async def _commit(self, batch: list[_Item]) -> None:
         started = time.monotonic()
         try:
-            await asyncio.to_thread(self._write, batch)
+            if not (len(batch) <= self.inline_max and self._write_now(batch)):
+                await asyncio.to_thread(self._write, batch)
         except DATABASE_DOWN:
             await self._commit_again(batch)
         except Exception:
@@ -122,6 +130,14 @@ class StepWriter:
         else:
             for item in batch:
                 self._succeed(item)
+
+    def _write_now(self, batch: list[_Item]) -> bool:
+        """Commit here, on the event loop, if the store can without waiting (SQLite with its write lock free):
+        a commit is then CPU only (WAL, synchronous=NORMAL), and two thread hand-offs per commit cost more
+        than it (bench/peer_profile.py). False: nothing written, the thread takes it."""
+        steps = [i.step for i in batch if i.step is not None]
+        feedback = [i.feedback for i in batch if i.feedback is not None]
+        return self.store.try_append_steps(steps, feedback) if steps or feedback else True
 
     def _write(self, batch: list[_Item]) -> None:
         steps = [i.step for i in batch if i.step is not None]

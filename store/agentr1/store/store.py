@@ -48,6 +48,12 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _sqlite_busy(exc: OperationalError) -> bool:
+    """SQLite refused a lock another connection holds (SQLITE_BUSY / SQLITE_LOCKED)."""
+    text = str(exc.orig).lower()
+    return "locked" in text or "busy" in text
+
+
 class TraceStore:
     """Runs, sessions, steps and rewards in SQLite or PostgreSQL.
 
@@ -256,18 +262,44 @@ class TraceStore:
 
     def append_steps(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord] = ()) -> None:
         """Insert steps, then attach feedback, in one transaction: all of it or none."""
+        self._append(steps, feedback, wait=True)
+
+    def try_append_steps(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord] = ()) -> bool:
+        """:meth:`append_steps` if it need not wait: on SQLite, when no other connection holds the write lock at
+        this moment (``busy_timeout`` 0 for this one transaction); False, with nothing written, if one does, and
+        always on PostgreSQL (a network round trip). For a caller on an event loop: commit in place when that
+        costs only CPU, hand the batch to a thread when it would wait."""
+        if self.dialect != "sqlite":
+            return False
+        return self._append(steps, feedback, wait=False)
+
+    def _append(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord], *, wait: bool) -> bool:
         if not steps and not feedback:
-            return
+            return True
         session_ids = {s.session_id for s in steps}
         rows = [self._step_row(s) for s in steps]
         feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
                     for fb in feedback]
         try:
-            with self._writer_engine.begin() as conn:  # one transaction, committed on exit (Core, not ORM)
-                if rows:
-                    conn.execute(_INSERT_STEPS, rows)
-                self._attach_many(conn, feedback)
+            with self._writer_engine.connect() as conn:
+                raw = conn.connection.driver_connection  # (on SQLAlchemy's connection a PRAGMA would autobegin)
+                if not wait:
+                    (busy_ms,) = raw.execute("PRAGMA busy_timeout").fetchone()
+                    raw.execute("PRAGMA busy_timeout=0")
+                try:
+                    with conn.begin():  # one transaction, committed on exit (Core, not ORM)
+                        if rows:
+                            conn.execute(_INSERT_STEPS, rows)
+                        self._attach_many(conn, feedback)
+                except OperationalError as exc:
+                    if wait or not _sqlite_busy(exc):
+                        raise
+                    return False  # rolled back: nothing written
+                finally:
+                    if not wait:
+                        raw.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
             self._histories.committed(steps)
+            return True
         except IntegrityError as exc:
             # The foreign key refused an unknown session, or (session, index) is taken: tell which, after the
             # rollback (checking the sessions first would cost every commit a query).

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentr1.core.rendering.segments import SegmentEncoder
+
 Message = dict[str, Any]
 Tool = dict[str, Any]
 
@@ -112,7 +114,12 @@ class TextRenderer:
         raise NotImplementedError
 
     def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        """``tokenizer.encode(text, add_special_tokens=False)``, the segments between special tokens that
+        earlier prompts had tokenised taken from a cache (segments.py: exact, checked per tokenizer)."""
+        encoder = self.__dict__.get("_segment_encoder")
+        if encoder is None or encoder.tokenizer is not self.tokenizer:
+            encoder = self._segment_encoder = SegmentEncoder(self.tokenizer)
+        return encoder.encode(text)
 
     def render(self, messages: Sequence[Message], tools: Sequence[Tool] | None = None, *,
                add_generation_prompt: bool = True, prefill: str = "") -> list[int]:
