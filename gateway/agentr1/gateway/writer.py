@@ -13,10 +13,10 @@ commit, not 64. Durability contract:
 
 Graceful shutdown always flushes the queue.
 
-Where the commit runs: a batch of up to ``inline_max`` items commits on the event loop itself when the
-store can do it without waiting (SQLite whose write lock is free at that moment: the commit is then CPU
-only); otherwise, and always on PostgreSQL, in a worker thread, so a lock held by another process or a
-network round trip never stalls the loop.
+Where the commit runs: on the event loop itself when the store can do it without waiting (SQLite whose
+write lock is free at that moment: the commit is then CPU only, which a worker thread would spend holding
+the GIL all the same, plus two hand-offs); otherwise, and always on PostgreSQL, in a worker thread, so a
+lock held by another process or a network round trip never stalls the loop.
 """
 
 from __future__ import annotations
@@ -42,10 +42,8 @@ class _Item:
 
 
 class StepWriter:
-    def __init__(self, store: TraceStore, *, batch_size: int = 256, interval_s: float = 0.005,
-                 inline_max: int = 16) -> None:
+    def __init__(self, store: TraceStore, *, batch_size: int = 256, interval_s: float = 0.005) -> None:
         self.store = store
-        self.inline_max = inline_max  # batches up to this size commit on the loop when they need not wait
         self.batch_size = batch_size
         self.interval_s = interval_s
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
@@ -100,7 +98,7 @@ class StepWriter:
     async def _commit(self, batch: list[_Item]) -> None:
         started = time.monotonic()
         try:
-            if not (len(batch) <= self.inline_max and self._write_now(batch)):
+            if not self._write_now(batch):
                 await asyncio.to_thread(self._write, batch)
         except DATABASE_DOWN:
             await self._commit_again(batch)
