@@ -25,8 +25,9 @@ mkdir -p .whl .m1 .m2 .m3 .tok
 
 gguf=$("$PY" -c 'from agentr1.core.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
-# part sizes (the xz is ~90 MB): .whl+.tok+.m1 and .m2 each fit one call beside a ~10 MB working tree;
-# .m3 (~18 MB) leaves room for the call that runs the work
+# part sizes (the xz is ~90 MB): 64 MiB a call, the working tree included (11.0 MB on 2026-12-01, when
+# .whl+.tok+.m1 came to 66.9 MiB: over). What fit then: call 1 .whl .tok, call 2 .m2, call 3 .m1 .m3 + the work
+# (lib.sh takes the parts in any order). Check `du -cb` of a call's folders + the tree before planning.
 python3 - <<'PY'  # (head/tail in a pipe die of SIGPIPE under pipefail)
 data = open("/tmp/smollm2.gguf.xz", "rb").read()
 for path, start, end in ((".m1/gguf.xz.part1", 0, 24_000_000), (".m2/gguf.xz.part2", 24_000_000, 72_000_000),
