@@ -10,13 +10,14 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
    SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
 
-Status (2026-12-01): the RL half of the laptop bar is shown, the budget half is not. With the defaults
-(12 demonstrations, 6 SFT steps of 2; 3 GRPO steps of 4 chains x 4 samples, lr 3e-5, 4 optimizer
-steps of 4 rows each) one run went 4/32 -> 15/32 held-out, but took 1,427 CPU-seconds (~12 min on 2
-free cores, more than the 10) and 7.9 GB peak resident memory (the RL stage; the bar is 6 GB); a run
-with a 24-demo SFT start and minibatches of 8 went 6/32 -> 4/32 (docs/results.md, "The laptop demo").
-The default is 2 GRPO steps: from the same SFT checkpoint 2 steps went 2/32 -> 11/32 with 806 CPU-s for
-the RL stage (~1,180 CPU-s, ~10 min, for the whole demo, estimated from the stages; 8.1 GB peak).
+Status (2026-12-01, evening): the memory bar is met; the time bar and the doubling are not. With
+gradient checkpointing and 1,024-token micro-batches in the RL update (demo.yaml) the peak resident
+memory is 5.2-5.4 GB (the RL stage; 7.9-8.5 GB before); the whole demo costs 1,020-1,170 CPU-seconds
+(CPU-s / 2 under 600) but took 10.6-12.6 min wall on a nearly idle 2-core machine. Held-out success:
+the previous session's runs of these defaults went 4/32 -> 15/32 (3 GRPO steps) and 2/32 -> 11/32 (2),
+but four runs on 2026-12-01 evening went 5/32 -> 0/32, 6/32 -> 0/32, 6/32 -> 1/32 and 3/32 -> 1/32:
+after a first step with signal in one or two groups the policy keeps calling the calculator and stops
+answering (docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
