@@ -17,7 +17,8 @@ memory is 5.2-5.4 GB (the RL stage; 7.9-8.5 GB before); the whole demo costs 1,0
 the previous session's runs of these defaults went 4/32 -> 15/32 (3 GRPO steps) and 2/32 -> 11/32 (2),
 but four runs on 2026-12-01 evening went 5/32 -> 0/32, 6/32 -> 0/32, 6/32 -> 1/32 and 3/32 -> 1/32:
 after a first step with signal in one or two groups the policy keeps calling the calculator and stops
-answering (docs/results.md, "The laptop demo").
+answering. Two RL-only variants doubled, one run each: 8 samples of 2 chains a step (4/32 -> 21/32)
+and lr 1e-5 (6/32 -> 13/32) (docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
