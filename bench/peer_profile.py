@@ -14,6 +14,8 @@ costs with another HTTP client.
    gateway uses) and with ``aiohttp.ClientSession``, alternating, sequential.
 
 py-spy: ``pip install py-spy`` (a binary wheel); it needs ptrace permission on the gateway process.
+``KEEP_PROFILE=1`` keeps the working folder (``/tmp/agentr1-peer-profile-<pid>``, the raw samples in
+``spy.txt``) for other cuts of the profile.
 """
 
 from __future__ import annotations

@@ -41,6 +41,11 @@ class _Item:
     done: asyncio.Future[None]
 
 
+def _records(batch: list[_Item]) -> tuple[list[StepRecord], list[FeedbackRecord]]:
+    """The steps and the feedback of a batch (flush markers carry neither)."""
+    return [i.step for i in batch if i.step is not None], [i.feedback for i in batch if i.feedback is not None]
+
+
 class StepWriter:
     def __init__(self, store: TraceStore, *, batch_size: int = 256, interval_s: float = 0.005) -> None:
         self.store = store
@@ -98,8 +103,9 @@ class StepWriter:
     async def _commit(self, batch: list[_Item]) -> None:
         started = time.monotonic()
         try:
-            if not self._write_now(batch):
-                await asyncio.to_thread(self._write, batch)
+            steps, feedback = _records(batch)
+            if not self.store.try_append_steps(steps, feedback):  # in place when it need not wait (see top)
+                await asyncio.to_thread(self.store.append_steps, steps, feedback)
         except DATABASE_DOWN:
             await self._commit_again(batch)
         except Exception:
@@ -129,19 +135,8 @@ class StepWriter:
             for item in batch:
                 self._succeed(item)
 
-    def _write_now(self, batch: list[_Item]) -> bool:
-        """Commit here, on the event loop, if the store can without waiting (SQLite with its write lock free):
-        a commit is then CPU only (WAL, synchronous=NORMAL), and two thread hand-offs per commit cost more
-        than it (bench/peer_profile.py). False: nothing written, the thread takes it."""
-        steps = [i.step for i in batch if i.step is not None]
-        feedback = [i.feedback for i in batch if i.feedback is not None]
-        return self.store.try_append_steps(steps, feedback) if steps or feedback else True
-
     def _write(self, batch: list[_Item]) -> None:
-        steps = [i.step for i in batch if i.step is not None]
-        feedback = [i.feedback for i in batch if i.feedback is not None]
-        if steps or feedback:
-            self.store.append_steps(steps, feedback)
+        self.store.append_steps(*_records(batch))
 
     def _succeed(self, item: _Item) -> None:
         self.committed += item.step is not None

@@ -34,7 +34,7 @@ class SegmentEncoder:
         self.tokenizer = tokenizer
         specials = _splittable_specials(tokenizer)
         self._split = re.compile("(" + "|".join(map(re.escape, specials)) + ")").split if specials else None
-        self._segment = lru_cache(maxsize=CACHE_SEGMENTS)(self._encode_whole_tuple)
+        self._segment = lru_cache(maxsize=CACHE_SEGMENTS)(self._tokenize)
         self.exact = self._split is not None and all(
             self._by_segments(text) == self._encode_whole(text) for text in _probe_texts(specials))
 
@@ -50,9 +50,9 @@ class SegmentEncoder:
         return ids
 
     def _encode_whole(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self._tokenize(text))
 
-    def _encode_whole_tuple(self, text: str) -> tuple[int, ...]:
+    def _tokenize(self, text: str) -> tuple[int, ...]:  # a tuple: the cache hands the same one out again
         return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
 

@@ -7,7 +7,7 @@ never talks to a model any other way.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -50,9 +50,12 @@ class SamplingParams:
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict (lists copied), as ``dataclasses.asdict`` gives them."""
-        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
-                "top_k": self.top_k, "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids),
-                "seed": self.seed, "top_logprobs": self.top_logprobs}
+        values = {name: getattr(self, name) for name in _SAMPLING_FIELDS}
+        values["stop"], values["stop_token_ids"] = list(self.stop), list(self.stop_token_ids)
+        return values
+
+
+_SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
 
 
 @dataclass(frozen=True, slots=True)
