@@ -102,23 +102,30 @@ def record(out: Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Path, *, compile: bool) -> None:
+def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Path, *, compile: bool,
+                prefill_budget: int | None = None) -> None:
+    """The engine's rows (never cut by --budget-s: they are what is measured). ``prefill_budget``: the
+    engine's tokens per prefill forward (None: its default), named in the row when given."""
     name = "agentr1 local" + (" + torch.compile" if compile else "")
+    if prefill_budget is not None:
+        name += f" (prefill budget {prefill_budget})"
     backend = local_backend(model_dir, device="cuda", dtype="bfloat16", max_batch_size=max(args.batches),
                             compile=compile)
     backend.start_sync()
+    if prefill_budget is not None:
+        backend._engine.prefill_budget = prefill_budget
     phases = timed_phases(backend._engine)
     for batch in args.compile_batches if compile else args.batches:
-        if time.perf_counter() - START > args.budget_s:
-            record(out, {"engine": name, "batch": batch, "skipped": "time budget"})
-            continue
         prompts = random_prompts(batch, args.prompt, args.vocab)
+        started = time.perf_counter()
         time_engine(backend, prompts, args.tokens)  # graph capture (and compilation)
+        warm_up_s = round(time.perf_counter() - started, 1)
         for phase in phases.values():
             phase.update(calls=0, seconds=0.0)
         row = time_engine(backend, prompts, args.tokens)
         split = {f"{phase}_ms": round(1000 * p["seconds"] / max(1, p["calls"]), 3) for phase, p in phases.items()}
-        record(out, {"engine": name, "batch": batch, **row, **split, "graph_captures": backend.stats.graph_captures})
+        record(out, {"engine": name, "batch": batch, **row, **split, "graph_captures": backend.stats.graph_captures,
+                     "warm_up_s": warm_up_s})
     if args.profile and not compile:
         profile_decode(backend, random_prompts(args.profile, args.prompt, args.vocab), args.tokens)
     asyncio.run(backend.close())
@@ -130,6 +137,8 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
     from transformers import AutoModelForCausalLM
 
     engine_rows(args, local_backend, model_dir, out, compile=False)
+    for budget in args.prefill_budgets:  # the same engine with other prefill chunking, for comparison
+        engine_rows(args, local_backend, model_dir, out, compile=False, prefill_budget=budget)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa")
     model = model.cuda().eval()
     for name, options in (("generate eager", {}), ("generate static (baseline)", {"cache_implementation": "static"})):
@@ -229,11 +238,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128, 256])
     parser.add_argument("--prompt", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--budget-s", type=float, default=420.0, help="skip baseline runs after this")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="skip generate() baseline runs after this")
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "exactness"])
     parser.add_argument("--profile", type=int, default=0, help="cProfile the engine's decode at this batch")
     parser.add_argument("--compile", action="store_true", help="also run the engine with torch.compile (last)")
     parser.add_argument("--compile-batches", type=int, nargs="+", default=[128, 1])
+    parser.add_argument("--prefill-budgets", type=int, nargs="*", default=[],
+                        help="also run the engine with these tokens per prefill forward")
     parser.add_argument("--vocab", type=int, default=49152)
     args = parser.parse_args()
     local_backend = import_engine()

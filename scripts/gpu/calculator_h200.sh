@@ -10,7 +10,7 @@
 set -euo pipefail
 mode=${1:?smoke or train}; shift
 OUT=${OUT:-$PWD/out/gpu}
-RUN=/tmp/agentr1-run-$mode
+RUN=${RUN:-/tmp/agentr1-run-$mode}  # the run directory (store, checkpoints); emptied first
 LIMIT_S=${LIMIT_S:-520}  # the training command's own limit: results are copied to $OUT after it
 mkdir -p "$OUT"
 source scripts/gpu/lib.sh

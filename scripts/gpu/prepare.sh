@@ -25,13 +25,14 @@ mkdir -p .whl .m1 .m2 .m3 .tok
 
 gguf=$("$PY" -c 'from agentr1.core.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
-# part sizes (the xz is ~90 MB): 64 MiB a call, the working tree included (11.0 MB on 2026-12-01, when
-# .whl+.tok+.m1 came to 66.9 MiB: over). What fit then: call 1 .whl .tok, call 2 .m2, call 3 .m1 .m3 + the work
-# (lib.sh takes the parts in any order). Check `du -cb` of a call's folders + the tree before planning.
+# part sizes (the xz is 86.3 MiB): 64 MiB a call, the working tree included (12.6 MiB on 2026-12-01), cut so
+# that .whl .tok .m1 (61.1 MiB with the tree), .m2 (60.6) and .m3 with vLLM's second part (.vllm2, 60.3) each
+# fit one call (lib.sh takes the parts in any order). Check `du -cb` of a call's folders + the tree first.
 python3 - <<'PY'  # (head/tail in a pipe die of SIGPIPE under pipefail)
 data = open("/tmp/smollm2.gguf.xz", "rb").read()
-for path, start, end in ((".m1/gguf.xz.part1", 0, 24_000_000), (".m2/gguf.xz.part2", 24_000_000, 72_000_000),
-                         (".m3/gguf.xz.part3", 72_000_000, len(data))):
+mib = 1 << 20
+for path, start, end in ((".m1/gguf.xz.part1", 0, 15 * mib), (".m2/gguf.xz.part2", 15 * mib, 63 * mib),
+                         (".m3/gguf.xz.part3", 63 * mib, len(data))):
     open(path, "wb").write(data[start:end])
 PY
 sha256sum /tmp/smollm2.gguf.xz | sed 's/ .*/  gguf.xz/' > .tok/gguf.xz.sha256

@@ -9,7 +9,8 @@
 # Then, as soon as their inputs are there:
 #   - the trainer's wheels are installed into $GPU_SITE (lib.sh's gpu_collect);
 #   - the embedded engine's speed benchmark starts in the background (setsid: it outlives the call), unless
-#     VLLM_ENGINE_BENCH=0, with the batches, prompt and output lengths of the vLLM benchmark;
+#     VLLM_ENGINE_BENCH=0, with the batches, prompt and output lengths of the vLLM benchmark (and, by default,
+#     the engine's other prefill chunking and its torch.compile rows: VLLM_ENGINE_BENCH_ARGS replaces those);
 #   - the GGUF is converted to the bf16 HF directory that vLLM serves, in the background;
 #   - the vLLM parts are checked (sha256), joined and unpacked into $VLLM_SITE (a few seconds).
 # Run from the repository root; prints what is there and what is still missing.
@@ -50,7 +51,8 @@ if [ -f "$GPU_SITE/.installed" ] && [ -f "$GPU_STORE/tok.tgz" ] && [ "${VLLM_ENG
   mkdir -p "$VLLM_TOK" && tar xzf "$GPU_STORE/tok.tgz" -C "$VLLM_TOK"
   background engine_bench python3 bench/engine_gpu_bench.py \
     --tokenizer "$VLLM_TOK" --out "$VLLM_WORK/engine_gpu.jsonl" --work /tmp/agentr1-engine-bench --skip exactness \
-    --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" --budget-s 150
+    --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" \
+    ${VLLM_ENGINE_BENCH_ARGS:---budget-s 600 --prefill-budgets 16384 --compile}
 fi
 if [ -f "$GPU_SITE/.installed" ] && ls "$GPU_STORE"/gguf.xz.part{1,2,3} > /dev/null 2>&1; then
   background convert bash -c 'source scripts/gpu/lib.sh && gpu_env && m=$(gpu_smollm2) && test -f "$m/config.json" && echo "$m"'

@@ -9,6 +9,8 @@
 #
 #   bash scripts/gpu/vllm_train.sh [overrides...]     e.g. trainer.total_training_steps=10
 #   LIMIT_S (default 420): the training command's own limit
+#   BASELINE=1 (default): the same run on the embedded engine at the same time (same config, seeds and
+#              overrides, its results in $OUT/embedded), so the two curves come from one session
 set -uo pipefail
 source scripts/gpu/lib.sh
 source scripts/gpu/vllm_env.sh
@@ -17,9 +19,21 @@ if [ -f "$VLLM_WORK/serve.pid" ]; then
   for _ in $(seq 1 30); do kill -0 "$(cat "$VLLM_WORK/serve.pid")" 2> /dev/null || break; sleep 1; done
 fi
 VLLM_START_TIMEOUT=${VLLM_START_TIMEOUT:-300} bash scripts/gpu/vllm_serve.sh || exit 1
-LIMIT_S=${LIMIT_S:-420} bash scripts/gpu/calculator_h200.sh train actor_rollout_ref.rollout.name=vllm \
+OUT=${OUT:-$PWD/out/gpu}
+baseline=
+if [ "${BASELINE:-1}" = 1 ]; then
+  OUT=$OUT/embedded RUN=/tmp/agentr1-run-embedded LIMIT_S=${LIMIT_S:-420} \
+    bash scripts/gpu/calculator_h200.sh train "$@" > "$VLLM_WORK/train_embedded.log" 2>&1 &
+  baseline=$!
+fi
+OUT=$OUT LIMIT_S=${LIMIT_S:-420} bash scripts/gpu/calculator_h200.sh train actor_rollout_ref.rollout.name=vllm \
   "actor_rollout_ref.rollout.urls=[$VLLM_URL]" "$@"
 status=$?
+if [ -n "$baseline" ]; then
+  wait "$baseline"; echo "embedded-engine run: exit $?"
+  cp "$VLLM_WORK/train_embedded.log" "$OUT/embedded/train.log" 2> /dev/null
+  grep "^step" "$VLLM_WORK/train_embedded.log"
+fi
 grep -c "Reloading weights inplace\|reload_weights" "$VLLM_WORK/serve.log" | sed 's/^/server log lines about weight reloads: /'
-tail -n 40 "$VLLM_WORK/serve.log" > "${OUT:-$PWD/out/gpu}/serve_log_train.txt"
+tail -n 40 "$VLLM_WORK/serve.log" > "$OUT/serve_log_train.txt"
 exit $status

@@ -121,6 +121,35 @@ def check_weight_sync_reaches_cached_prefixes(path: Any, other: Any, device: str
         asyncio.run(fresh.close())
 
 
+def check_compiled_decode_matches_eager(path: Any, device: str) -> None:
+    """``compile=True``: the same greedy ids and log-probabilities (within the tolerance) as the eager engine
+    over batches of 1, 3 and 7 rows of different prompt lengths, compiled at most twice (symbolic shapes:
+    one row, which torch specialises, and any other count), and its logprobs still match a plain forward."""
+    from torch._dynamo.utils import counters
+
+    requests = [[GenerateRequest(prompt_ids=[100 + (7 * i + j * 13) % 900 for j in range(20 + 37 * i + 5 * k)],
+                                 sampling=SamplingParams(max_new_tokens=12 + 3 * k, temperature=0.0))
+                 for k in range(n)] for i, n in enumerate((1, 3, 7))]
+    results = {}
+    for compiled in (False, True):
+        graphs_before = counters["stats"]["unique_graphs"]
+        backend = start(path, device, compile=compiled, max_batch_size=8)
+        try:
+            results[compiled] = [generate_all(backend, batch) for batch in requests]
+            if compiled:
+                assert counters["stats"]["unique_graphs"] - graphs_before <= 2
+                for batch, answers in zip(requests, results[True], strict=True):
+                    for request, result in zip(batch, answers, strict=True):
+                        expected = plain_logprobs(backend.model, request.prompt_ids, result, 1.0)
+                        assert result.logprobs == pytest.approx(expected, abs=TOLERANCE[device])
+        finally:
+            asyncio.run(backend.close())
+    for eager, compiled in zip(results[False], results[True], strict=True):
+        assert [r.output_ids for r in compiled] == [r.output_ids for r in eager]
+        for a, b in zip(eager, compiled, strict=True):
+            assert b.logprobs == pytest.approx(a.logprobs, abs=TOLERANCE[device])
+
+
 def test_logprobs_match_a_plain_forward(tiny_model_path):
     check_logprobs_match_a_plain_forward(tiny_model_path, DEVICE)
 
@@ -132,3 +161,8 @@ def test_prefix_reuse_changes_nothing_sampled_and_prefills_each_token_about_once
 def test_weight_sync_drops_cached_prefixes_and_matches_a_fresh_engine(tiny_model_path, tmp_path):
     other = build_tiny_random_model(tmp_path / "other", base=tiny_model_path, seed=9)
     check_weight_sync_reaches_cached_prefixes(tiny_model_path, other, DEVICE)
+
+
+@pytest.mark.slow  # inductor compiles the decode step twice (about a minute on two cores)
+def test_the_compiled_decode_step_samples_what_the_eager_one_does(tiny_model_path):
+    check_compiled_decode_matches_eager(tiny_model_path, DEVICE)

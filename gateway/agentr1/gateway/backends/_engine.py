@@ -82,7 +82,7 @@ class BatchEngine:
         self.max_batch_size = max_batch_size
         self.prefix_cache = prefix_cache
         self.exact = (not gpu) if exact is None else exact
-        self.prefill_budget = prefill_budget or (16384 if gpu else 1024)
+        self.prefill_budget = prefill_budget or (65536 if gpu else 1024)
         self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
         self.cache = SlotCache(model.config, self.device, self.dtype)
         if cache_bytes is None:
@@ -93,11 +93,9 @@ class BatchEngine:
         self.rows: list[Row] = []
         self.slot_rows: list[Row | None] = []
         self._decode_step = self._decode_forward
-        if compile:  # inductor fuses the step's small kernels (one compilation per decode shape)
-            from torch import _dynamo
-
-            _dynamo.config.cache_size_limit = max(_dynamo.config.cache_size_limit, 64)
-            self._decode_step = torch.compile(self._decode_forward, dynamic=False)
+        if compile:  # inductor fuses the step's small kernels; rows and attended length stay symbolic, so
+            # it compiles twice (one row, which torch specialises, and any other count), not once per shape
+            self._decode_step = torch.compile(self._decode_forward, dynamic=True)
         self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and cuda_graphs else None
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)

@@ -20,8 +20,8 @@ all rows at once on the device, replays decode steps from CUDA graphs on a GPU (
 and reuses the cached prefixes of earlier prompts (``prefix_cache``; ``GenerateResult.
 cached_tokens`` says how many prompt tokens it served). ``cache_bytes`` bounds the cache (idle
 prefixes are evicted first); ``exact`` (default: on the CPU) makes prefix reuse bit-exact;
-``compile`` runs the decode step through ``torch.compile`` (fused kernels; one compilation per
-decode shape, so slow to warm up). New weights drop the cached prefixes. With rows running, small
+``compile`` runs the decode step through ``torch.compile`` (fused kernels, then captured in the same
+CUDA graphs; two compilations with symbolic shapes, a minute or more of warm-up on a GPU). New weights drop the cached prefixes. With rows running, small
 arrivals are admitted in groups (``_admission.py``).
 
 ``engine_process``: the worker and the model live in a child process (``_engine_process.py``), with
