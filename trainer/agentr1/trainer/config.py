@@ -282,6 +282,18 @@ class ActorConfig(_Strict):
     # recompute each layer's activations in the backward pass instead of keeping them: the same numbers,
     # less peak memory (the laptop demo's update: 5.4 -> 3.4 GB), ~12% more update compute
     gradient_checkpointing: bool = False
+    # leave rows whose advantages are zero at every token out of the policy update: without a KL loss or an
+    # entropy bonus they carry no gradient, yet they cost compute and, in mini-batches of their own, make
+    # optimizer steps that move the weights on momentum alone (DAPO's dynamic-sampling filter, without
+    # the refill). The critic still fits every row.
+    skip_zero_advantage: bool = False
+
+    @model_validator(mode="after")
+    def _zero_advantage_rows_have_no_gradient(self) -> ActorConfig:
+        if self.skip_zero_advantage and (self.use_kl_loss or self.entropy_coeff != 0):
+            raise ValueError("actor.skip_zero_advantage: rows with zero advantages still carry the KL loss's or the "
+                             "entropy bonus's gradient; turn off use_kl_loss and entropy_coeff, or this option")
+        return self
 
 
 class CriticOptimConfig(_Strict):

@@ -32,6 +32,7 @@ from agentr1.trainer.groups import GroupCompleter
 from agentr1.trainer.offline import OfflineSource, OfflineSteps
 from agentr1.trainer.rewards import SessionRewards
 from agentr1.trainer.rollout import AgentRunner
+from agentr1.trainer.rows import TrainRow
 from agentr1.trainer.serving import Serving, start_serving
 from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
 from agentr1.trainer.tasks import TaskSampler, load_tasks
@@ -157,10 +158,15 @@ class Trainer:
             metrics.update(await asyncio.to_thread(self.distiller.apply, batch.rows))
         # 5. update the policy (and the critic) through verl
         temperature = self.config.actor_rollout_ref.rollout.temperature
+        rows = []
         if self.state.step >= self.config.trainer.critic_warmup:  # the first critic_warmup steps: critic only
-            metrics.update(await asyncio.to_thread(self.engine.update, batch.rows, temperature=temperature))
+            rows = policy_rows(batch.rows, self.config.actor_rollout_ref.actor.skip_zero_advantage, metrics)
+            if rows:
+                metrics.update(await asyncio.to_thread(self.engine.update, rows, temperature=temperature))
         if self.engine.critic is not None:
             metrics.update(await asyncio.to_thread(self.engine.update_critic, batch.rows))
+        if not rows:  # the policy did not change: the servers keep their weights, their prefixes, the version
+            return metrics
         # 6. weights to the serving backend: later steps record the new policy version
         if self.serving is not None:
             self.state.policy_version = await self.serving.sync(self.engine)
@@ -200,6 +206,16 @@ class Trainer:
         if self.serving is not None:
             self.serving.close()
         self.store.close()
+
+
+def policy_rows(rows: list[TrainRow], skip_zero_advantage: bool, metrics: dict[str, float]) -> list[TrainRow]:
+    """The rows the policy update sees: all, or (``actor.skip_zero_advantage``) those with a non-zero
+    advantage somewhere; ``actor/rows_skipped`` counts the others."""
+    if not skip_zero_advantage:
+        return rows
+    kept = [row for row in rows if any(a != 0.0 for a in row.advantages)]
+    metrics["actor/rows_skipped"] = float(len(rows) - len(kept))
+    return kept
 
 
 def engine_config(cfg: JobConfig) -> Any:
