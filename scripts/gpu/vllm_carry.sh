@@ -52,7 +52,7 @@ if [ -f "$GPU_SITE/.installed" ] && [ -f "$GPU_STORE/tok.tgz" ] && [ "${VLLM_ENG
   background engine_bench python3 bench/engine_gpu_bench.py \
     --tokenizer "$VLLM_TOK" --out "$VLLM_WORK/engine_gpu.jsonl" --work /tmp/agentr1-engine-bench --skip exactness \
     --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" \
-    ${VLLM_ENGINE_BENCH_ARGS:---budget-s 600 --prefill-budgets 16384 --compile}
+    ${VLLM_ENGINE_BENCH_ARGS:---budget-s 600 --prefill-budgets 65536 --compile}
 fi
 if [ -f "$GPU_SITE/.installed" ] && ls "$GPU_STORE"/gguf.xz.part{1,2,3} > /dev/null 2>&1; then
   background convert bash -c 'source scripts/gpu/lib.sh && gpu_env && m=$(gpu_smollm2) && test -f "$m/config.json" && echo "$m"'

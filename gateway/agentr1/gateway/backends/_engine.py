@@ -82,7 +82,7 @@ class BatchEngine:
         self.max_batch_size = max_batch_size
         self.prefix_cache = prefix_cache
         self.exact = (not gpu) if exact is None else exact
-        self.prefill_budget = prefill_budget or (65536 if gpu else 1024)
+        self.prefill_budget = prefill_budget or (16384 if gpu else 1024)
         self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
         self.cache = SlotCache(model.config, self.device, self.dtype)
         if cache_bytes is None:
