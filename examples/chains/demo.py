@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sft-epochs", type=int, default=1)
     parser.add_argument("--sft-batch", type=int, default=2, help="demonstrations per SFT optimizer step")
     parser.add_argument("--sft-lr", type=float, default=5e-5)
-    parser.add_argument("--rl-steps", type=int, default=2)
+    parser.add_argument("--rl-steps", type=int, default=3)
     parser.add_argument("--val", type=int, default=32, help="held-out chains (one sample each)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")

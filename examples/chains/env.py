@@ -45,30 +45,40 @@ class ChainEnv(ToolEnv):
     """The row's prompt with the one-operation calculator; done when the model answers without a call.
 
     In RL the answer is scored once, as the session's outcome (``run_task`` and the row's
-    ``reward_model``), so the steps pay nothing. ``score_final_step=True`` puts that score on the
-    final step instead: replayed demonstrations have no ``run_task``, and SFT's ``min_reward``
-    selects on the episode's return."""
+    ``reward_model``), so by default the steps pay nothing. ``progress_reward`` (a row's ``env_kwargs``)
+    pays a process reward as the chain advances: the step whose call returns the next intermediate result
+    of the chain earns ``progress_reward / len(steps)`` (the whole chain's calls earn ``progress_reward``
+    in total); it goes to the steps, not to the outcome, so success stays the exact final answer.
+    ``score_final_step=True`` puts the answer's score on the final step instead: replayed demonstrations
+    have no ``run_task``, and SFT's ``min_reward`` selects on the episode's return."""
 
-    def __init__(self, task: dict[str, Any], *, score_final_step: bool = False) -> None:
+    def __init__(self, task: dict[str, Any], *, score_final_step: bool = False, progress_reward: float = 0.0) -> None:
         super().__init__(task, tools=[StepCalculator()])
         self.score_final_step = score_final_step
+        self.progress_reward = float(progress_reward)
         self.results: list[str] = []  # what the calculator returned, in order
 
     async def step(self, action: dict[str, Any]) -> StepResult:
+        before = self.progress()
         result = await super().step(action)
         self.results += [str(call["content"]) for call in result.info.get("tool_calls", [])]
+        if self.progress_reward:
+            result.reward += self.progress_reward * (self.progress() - before) / max(1, len(self.task.get("steps") or []))
         if result.done and self.score_final_step:
             result.reward = exact_final(str(action.get("content") or ""), self.task["answer"])
         return result
 
-    def anchor(self) -> str:
-        """GiGPO's state: how far along the chain the episode is -- the number of the chain's leading
-        intermediate results the calculator has returned so far (``progress 2/3``). Episodes of one task
-        that reached the same point share the anchor, whatever wrong calls they made on the way."""
+    def progress(self) -> int:
+        """How many of the chain's leading intermediate results the calculator has returned so far."""
         seen = set(self.results)
         steps = self.task.get("steps") or []
-        done = next((k for k, (*_, value) in enumerate(steps) if str(value) not in seen), len(steps))
-        return f"progress {done}/{len(steps)}"
+        return next((k for k, (*_, value) in enumerate(steps) if str(value) not in seen), len(steps))
+
+    def anchor(self) -> str:
+        """GiGPO's state: how far along the chain the episode is (``progress 2/3``, :meth:`progress`).
+        Episodes of one task that reached the same point share the anchor, whatever wrong calls they made
+        on the way."""
+        return f"progress {self.progress()}/{len(self.task.get('steps') or [])}"
 
 
 def final_number(text: str) -> int | None:

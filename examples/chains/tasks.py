@@ -29,6 +29,7 @@ __all__ = [
     "Chain",
     "chain_keys",
     "generate_chains",
+    "make_demo_tasks",
     "make_short_tasks",
     "make_tasks",
     "split_of",
@@ -156,3 +157,23 @@ def make_short_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     """Two operations on two-digit numbers: the laptop demo's tasks (``scripts/demo``)."""
     chains = generate_chains(split, n, seed, min_ops=2, max_ops=2, digits=2)
     return [task_row(c, f"{split}-{i}") for i, c in enumerate(chains)]
+
+
+DEMO_PROGRESS_REWARD = 0.5  # the laptop demo's process reward for a whole chain's correct calls (ChainEnv)
+
+
+def make_demo_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
+    """The laptop demo's tasks: ``make_short_tasks`` with a process reward (``ChainEnv``'s
+    ``progress_reward``, :data:`DEMO_PROGRESS_REWARD` for the whole chain's correct calls, on top of the
+    outcome's 1 for the right final number), so that a group of a few samples of a weak policy differs in
+    return far more often than in success alone; and every held-out chain sampled under a seed of its own
+    (its index): an evaluation at temperature 1 is then the same draw for the same policy, and before ->
+    after compares the policies on common random numbers instead of two independent draws (the same SFT
+    checkpoint scored 1/32, 5/32 and 7/32 in three unseeded evaluations). Training chains stay unseeded: a
+    group's samples must differ. Success is the exact final number either way."""
+    rows = make_short_tasks(split, n, seed)
+    for index, row in enumerate(rows):
+        row["env_kwargs"]["progress_reward"] = DEMO_PROGRESS_REWARD
+        if split == "val":
+            row["env_kwargs"]["sampling"]["seed"] = index
+    return rows

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from examples.chains.env import ChainEnv, calculate_one, exact_final
 from examples.chains.expert import demonstrations, expert_turns
-from examples.chains.tasks import chain_keys, generate_chains, make_short_tasks, make_tasks, split_of
+from examples.chains.tasks import (
+    chain_keys,
+    generate_chains,
+    make_demo_tasks,
+    make_short_tasks,
+    make_tasks,
+    split_of,
+)
 
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.tasks import load_tasks
@@ -29,7 +36,7 @@ def _computations(row: dict) -> set[str]:
     return {f"{min(a, b)}{op}{max(a, b)}" if op in "+*" else f"{a}{op}{b}" for a, op, b, _ in row["steps"]}
 
 
-@pytest.mark.parametrize("generator", [make_tasks, make_short_tasks])
+@pytest.mark.parametrize("generator", [make_tasks, make_short_tasks, make_demo_tasks])
 def test_held_out_chains_share_nothing_with_training_chains(generator):
     # the sizes and seeds the configs use (trainer: data.seed for train, + 1_000_003 for val), and more
     train = [t for seed in (0, 1, 2) for t in generator("train", 2048, seed)]
@@ -124,6 +131,25 @@ def test_the_expert_solves_every_chain_in_the_environment():
     assert json.loads(turn["tool_calls"][0]["function"]["arguments"])["expression"].count(" ") == 2
 
 
+def test_the_progress_reward_pays_each_new_intermediate_result_once():
+    row = make_tasks("train", 1, 5)[0]
+    k = len(row["steps"])
+    turns = expert_turns(row)
+
+    async def rewards(actions: list[dict]) -> list[float]:
+        env = ChainEnv(row, progress_reward=0.5)
+        await env.reset()
+        return [(await env.step(action)).reward for action in actions]
+
+    wrong = {"content": None, "tool_calls": [{"id": "w", "type": "function", "function": {
+        "name": "calculator", "arguments": json.dumps({"expression": "1 + 1"})}}]}
+    # the expert's calls each advance the chain; its answer is the outcome's business, not the steps'
+    assert asyncio.run(rewards(turns)) == pytest.approx([0.5 / k] * k + [0.0])
+    # a wrong call, then the first call twice: paid once, in order
+    assert asyncio.run(rewards([wrong, turns[0], turns[0]])) == pytest.approx([0.0, 0.5 / k, 0.0])
+    assert asyncio.run(rewards(turns[1:2])) == [0.0]  # the second result before the first: not progress yet
+
+
 @pytest.mark.slow  # SmolLM2's converted tokenizer and template, a real gateway
 def test_demonstrations_replay_through_the_gateway_as_finished_sessions(tmp_path):
     from agentr1.store import TraceStore
@@ -162,3 +188,12 @@ def test_chain_env_names_its_progress_as_the_gigpo_anchor():
     assert asyncio.run(anchors([turns[0], wrong, *turns[1:]]))[2:3] == ["progress 1/" + str(n)]
     # skipping the first operation reaches no leading result
     assert asyncio.run(anchors(turns[1:2]))[-1] == f"progress 0/{n}"
+
+
+def test_the_demo_seeds_each_held_out_chain_and_no_training_chain():
+    val, train = make_demo_tasks("val", 32, 1_000_003), make_demo_tasks("train", 64, 0)
+    assert [t["env_kwargs"]["sampling"]["seed"] for t in val] == list(range(32))
+    assert not any("seed" in t["env_kwargs"]["sampling"] for t in train)
+    assert all(t["env_kwargs"]["progress_reward"] == 0.5 for t in val + train)
+    # otherwise the short tasks, chain for chain
+    assert [t["prompt"] for t in val] == [t["prompt"] for t in make_short_tasks("val", 32, 1_000_003)]

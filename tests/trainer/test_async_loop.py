@@ -74,6 +74,12 @@ def test_async_config_errors_are_clear():
     ok = JobConfig.model_validate({**base, "actor_rollout_ref": {"rollout": {"max_staleness": 1}}})
     assert engine_config(ok).rollout_is == "token"  # importance weights from the rollout log-probs
     assert engine_config(JobConfig.model_validate({"agent": {"entrypoint": "m:f"}})).rollout_is is None
+    # bypass_mode: the rollout log-probs are the PPO ratio's anchor, no separate importance weights
+    bypass = {**base, "actor_rollout_ref": {"rollout": {"max_staleness": 1}},
+              "algorithm": {"rollout_correction": {"bypass_mode": True}}}
+    settings = engine_config(JobConfig.model_validate(bypass))
+    assert settings.bypass_mode and settings.rollout_is is None
+    settings.validate()
 
 
 # -- end to end ------------------------------------------------------------------------------------

@@ -189,6 +189,17 @@ class DistillConfig(_Strict):
         return self
 
 
+class RolloutCorrectionConfig(_Strict):
+    """verl's ``algorithm.rollout_correction``; of it, ``bypass_mode``: the update takes the serving
+    engine's log-probs of the sampled tokens as the behaviour policy's (``old_log_probs``) instead of
+    recomputing them with the actor, one forward pass over the batch less. Exact when the serving
+    engine computes what the actor would (the embedded engine on the CPU, float32: within ~1e-6); under
+    ``trainer.mode: async`` or ``offline`` the PPO ratio against those log-probs is the correction
+    (no separate importance weights). Rows whose steps came without log-probs are recomputed."""
+
+    bypass_mode: bool = False
+
+
 class AlgorithmConfig(_Strict):
     adv_estimator: str = "grpo"
     gamma: float = 1.0
@@ -200,6 +211,7 @@ class AlgorithmConfig(_Strict):
     incomplete_groups: Literal["drop", "resample"] = "drop"
     resample_attempts: int = Field(1, ge=1)  # rounds of resampling before an incomplete group is dropped
     distill: DistillConfig | None = None  # on-policy distillation from a teacher (agentr1.trainer.distill)
+    rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
 
 
 class RolloutConfig(_Strict):

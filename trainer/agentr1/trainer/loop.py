@@ -222,6 +222,7 @@ def engine_config(cfg: JobConfig) -> Any:
     from agentr1.trainer.engine import PolicyEngineConfig
 
     actor = cfg.actor_rollout_ref.actor
+    bypass = cfg.algorithm.rollout_correction.bypass_mode
     return PolicyEngineConfig(
         lr=actor.optim.lr, weight_decay=actor.optim.weight_decay, clip_grad=actor.grad_clip,
         loss_mode=actor.policy_loss.loss_mode, clip_ratio=actor.clip_ratio, loss_agg_mode=actor.loss_agg_mode,
@@ -234,8 +235,10 @@ def engine_config(cfg: JobConfig) -> Any:
         critic=get_adv_estimator(cfg.algorithm.adv_estimator).needs_values, seed=cfg.trainer.seed,
         critic_lr=cfg.critic.optim.lr, critic_warmup_steps=cfg.critic.optim.lr_warmup_steps,
         cliprange_value=cfg.critic.cliprange_value,
-        # sessions sampled by an older policy (stored, or in flight during an async update): IS weights
-        rollout_is="token" if cfg.offline is not None or cfg.trainer.mode == "async" else None,
+        # sessions sampled by an older policy (stored, or in flight during an async update): IS weights,
+        # unless the rollout log-probs are the PPO ratio's anchor themselves (bypass_mode)
+        bypass_mode=bypass,
+        rollout_is="token" if (cfg.offline is not None or cfg.trainer.mode == "async") and not bypass else None,
     )
 
 
