@@ -10,15 +10,12 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
    SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
 
-Status (2026-12-01, evening): the memory bar is met; the time bar and the doubling are not. With
-gradient checkpointing and 1,024-token micro-batches in the RL update (demo.yaml) the peak resident
-memory is 5.2-5.4 GB (the RL stage; 7.9-8.5 GB before); the whole demo costs 1,020-1,170 CPU-seconds
-(CPU-s / 2 under 600) but took 10.6-12.6 min wall on a nearly idle 2-core machine. Held-out success:
-the previous session's runs of these defaults went 4/32 -> 15/32 (3 GRPO steps) and 2/32 -> 11/32 (2),
-but four runs on 2026-12-01 evening went 5/32 -> 0/32, 6/32 -> 0/32, 6/32 -> 1/32 and 3/32 -> 1/32:
-after a first step with signal in one or two groups the policy keeps calling the calculator and stops
-answering. Two RL-only variants doubled, one run each: 8 samples of 2 chains a step (4/32 -> 21/32)
-and lr 1e-5 (6/32 -> 13/32) (docs/results.md, "The laptop demo").
+Status (2026-12-01, late evening): memory and time within the bar, the doubling not. The RL stage
+trains on ``make_demo_tasks`` (a process reward for correct calculator calls; held-out chains sampled
+under per-chain seeds, so before -> after compares the policies on the same draws), 2 chains x 4 samples
+a step for 3 steps, leaving out rows without signal. 8.3-11.0 min wall, 5.1 GB peak. From the same SFT
+checkpoint (9/32 before in every run; 25/32 when sampled greedily): lr 2e-5 went to 13/32 once and to
+0/32 once, lr 1e-5 (the default) to 10/32 (docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
