@@ -29,7 +29,7 @@ def conversations(seed: int, n: int) -> list[list[dict]]:
     out = []
     for _ in range(n):
         messages = [{"role": "system", "content": "You are a careful agent."}]
-        for turn in range(rng.randint(1, 6)):
+        for _turn in range(rng.randint(1, 6)):
             messages.append({"role": "user", "content": "".join(rng.choices(words, k=rng.randint(1, 8)))})
             messages.append({"role": "assistant", "content": "".join(rng.choices(words, k=rng.randint(0, 5)))})
         messages.append({"role": "user", "content": f"question {rng.random()}"})
