@@ -56,6 +56,7 @@ class ChainEnv(ToolEnv):
         super().__init__(task, tools=[StepCalculator()])
         self.score_final_step = score_final_step
         self.progress_reward = float(progress_reward)
+        self.chain_steps = task.get("steps") or []  # (left, operator, right, result) of each correct call
         self.results: list[str] = []  # what the calculator returned, in order
 
     async def step(self, action: dict[str, Any]) -> StepResult:
@@ -63,7 +64,7 @@ class ChainEnv(ToolEnv):
         result = await super().step(action)
         self.results += [str(call["content"]) for call in result.info.get("tool_calls", [])]
         if self.progress_reward:
-            result.reward += self.progress_reward * (self.progress() - before) / max(1, len(self.task.get("steps") or []))
+            result.reward += self.progress_reward * (self.progress() - before) / max(1, len(self.chain_steps))
         if result.done and self.score_final_step:
             result.reward = exact_final(str(action.get("content") or ""), self.task["answer"])
         return result
@@ -71,14 +72,14 @@ class ChainEnv(ToolEnv):
     def progress(self) -> int:
         """How many of the chain's leading intermediate results the calculator has returned so far."""
         seen = set(self.results)
-        steps = self.task.get("steps") or []
-        return next((k for k, (*_, value) in enumerate(steps) if str(value) not in seen), len(steps))
+        return next((k for k, (*_, value) in enumerate(self.chain_steps) if str(value) not in seen),
+                    len(self.chain_steps))
 
     def anchor(self) -> str:
         """GiGPO's state: how far along the chain the episode is (``progress 2/3``, :meth:`progress`).
         Episodes of one task that reached the same point share the anchor, whatever wrong calls they made
         on the way."""
-        return f"progress {self.progress()}/{len(self.task.get('steps') or [])}"
+        return f"progress {self.progress()}/{len(self.chain_steps)}"
 
 
 def final_number(text: str) -> int | None:

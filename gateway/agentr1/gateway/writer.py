@@ -103,8 +103,8 @@ class StepWriter:
     async def _commit(self, batch: list[_Item]) -> None:
         started = time.monotonic()
         try:
-            steps, feedback = _records(batch)
-            if not self.store.try_append_steps(steps, feedback):  # in place when it need not wait (see top)
+            steps, feedback = _records(batch)  # (a batch of flush markers alone writes nothing)
+            if (steps or feedback) and not self.store.try_append_steps(steps, feedback):  # in place if no wait
                 await asyncio.to_thread(self.store.append_steps, steps, feedback)
         except DATABASE_DOWN:
             await self._commit_again(batch)

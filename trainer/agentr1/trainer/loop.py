@@ -158,9 +158,12 @@ class Trainer:
             metrics.update(await asyncio.to_thread(self.distiller.apply, batch.rows))
         # 5. update the policy (and the critic) through verl
         temperature = self.config.actor_rollout_ref.rollout.temperature
-        rows = []
+        rows: list[TrainRow] = []
         if self.state.step >= self.config.trainer.critic_warmup:  # the first critic_warmup steps: critic only
-            rows = policy_rows(batch.rows, self.config.actor_rollout_ref.actor.skip_zero_advantage, metrics)
+            rows = batch.rows
+            if self.config.actor_rollout_ref.actor.skip_zero_advantage:
+                rows = rows_with_signal(rows)
+                metrics["actor/rows_skipped"] = float(len(batch.rows) - len(rows))
             if rows:
                 metrics.update(await asyncio.to_thread(self.engine.update, rows, temperature=temperature))
         if self.engine.critic is not None:
@@ -208,14 +211,9 @@ class Trainer:
         self.store.close()
 
 
-def policy_rows(rows: list[TrainRow], skip_zero_advantage: bool, metrics: dict[str, float]) -> list[TrainRow]:
-    """The rows the policy update sees: all, or (``actor.skip_zero_advantage``) those with a non-zero
-    advantage somewhere; ``actor/rows_skipped`` counts the others."""
-    if not skip_zero_advantage:
-        return rows
-    kept = [row for row in rows if any(a != 0.0 for a in row.advantages)]
-    metrics["actor/rows_skipped"] = float(len(rows) - len(kept))
-    return kept
+def rows_with_signal(rows: list[TrainRow]) -> list[TrainRow]:
+    """The rows with a non-zero advantage somewhere (``actor.skip_zero_advantage``)."""
+    return [row for row in rows if any(a != 0.0 for a in row.advantages)]
 
 
 def engine_config(cfg: JobConfig) -> Any:
