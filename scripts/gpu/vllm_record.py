@@ -43,7 +43,11 @@ def exchange(client: httpx.Client, method: str, path: str, *, body: Any = None, 
         request["body"], content = body, json.dumps(body).encode()
         headers["Content-Type"] = "application/json"
     started = time.perf_counter()
-    r = client.request(method, path, content=content, headers=headers, params=params)
+    try:
+        r = client.request(method, path, content=content, headers=headers, params=params)
+    except httpx.TransportError as exc:  # the server closed the connection without an answer
+        return {"request": request, "response": {"transport_error": f"{type(exc).__name__}: {exc}",
+                                                 "seconds": round(time.perf_counter() - started, 4)}}
     response: dict[str, Any] = {"status": r.status_code, "content_type": r.headers.get("content-type"),
                                 "seconds": round(time.perf_counter() - started, 4)}
     if "text/event-stream" in (r.headers.get("content-type") or ""):
@@ -96,6 +100,8 @@ def plan(body: Any, model: str, max_len: int, model_dir: str, greedy_ids: list[i
         # weight sync and pause, as VLLMBackend calls them (dev mode)
         ("rpc_reload_weights", "POST", "/collective_rpc",
          {"body": {"method": "reload_weights", "args": [], "kwargs": {}, "timeout": 600}}),
+        ("rpc_reload_weights_path", "POST", "/collective_rpc",
+         {"body": {"method": "reload_weights", "args": [], "kwargs": {"weights_path": model_dir}, "timeout": 600}}),
         ("rpc_update_config", "POST", "/collective_rpc",
          {"body": {"method": "update_config", "args": [{"model_config": {"model": model_dir}}], "kwargs": {},
                    "timeout": 600}}),
@@ -164,7 +170,8 @@ def main() -> None:
                    **case}
         (args.out / f"{name}.json").write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n")
         r = case["response"]
-        print(f"{name:40s} {r['status']}  {str(r.get('events_raw', r.get('raw')))[:150]!r}")
+        print(f"{name:40s} {r.get('status', 'no answer')}  "
+              f"{str(r.get('events_raw', r.get('raw', r.get('transport_error'))))[:150]!r}")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ tests/backends/fixtures/vllm/: ``recorded/`` from a real server, ``derived/`` fr
   prompt, an out-of-vocabulary id; an unknown model is 404 ``NotFoundError``; a JSON body that is not an
   object is 500 ``InternalServerError`` (vLLM's request validators call ``.get`` on it).
 - ``GET /health``, ``GET /v1/models`` (a model card with ``max_model_len`` and one permission).
-- With ``dev_mode`` (``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` {method, args} for the
-  worker methods ``update_config({"model_config": {"model": path}})`` and ``reload_weights()`` ->
+- With ``dev_mode`` (``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` {method, args, kwargs} for
+  the worker methods ``reload_weights(weights_path=None)`` and ``update_config({"model_config":
+  {"model": path}})`` (the latter fails on vLLM 0.25.0 with a ValueError: ``update_config_fails``) ->
   {"results": [null]} (any failure, an unknown method too, is a 500 InternalServerError),
   ``POST /reset_prefix_cache``, ``POST /sleep?level=``, ``POST /wake_up``, ``GET /is_sleeping``,
   ``POST /pause?mode=``, ``POST /resume``, ``GET /is_paused``.
@@ -119,6 +120,7 @@ class FakeVLLMState:
     max_logprobs: int = 20
     sleeping: bool = False
     paused: bool = False
+    update_config_fails: bool = True  # as on vLLM 0.25.0 (recorded: rpc_update_config); False: older servers
     fail_next: list[int] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     calls: list[tuple[str, Any]] = field(default_factory=list)
@@ -361,12 +363,16 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
     @app.post("/collective_rpc")
     async def collective_rpc(request: Request) -> Response:
         body = await request.json()
-        method, args = body.get("method"), body.get("args") or []
+        method, args, kwargs = body.get("method"), body.get("args") or [], body.get("kwargs") or {}
         state.calls.append(("collective_rpc", method))
         try:
             if method == "update_config":
+                if state.update_config_fails:
+                    raise ValueError("Field 'model_arch_config' not found in ModelConfig.")
                 state.model_path = str(args[0]["model_config"]["model"])
             elif method == "reload_weights":
+                if kwargs.get("weights_path") is not None:
+                    state.model_path = str(kwargs["weights_path"])
                 await state.engine.update_weights(state.model_path)
             else:
                 raise AttributeError(f"'Worker' object has no attribute '{method}'")

@@ -181,7 +181,7 @@ def test_weight_reload_through_collective_rpc_and_back(tmp_path):
         b.weight_reload = "in_place"  # the served directory (now `other`) overwritten by a trainer: reload it
         assert await b.update_weights(str(other)) == 2
         assert (await b.generate(req)).output_ids == changed.output_ids
-        b.weight_reload = "update_config"
+        b.weight_reload = "weights_path"
         await b.pause()  # asleep (pause_mode="sleep", --enable-sleep-mode): woken for the load, put back
         assert httpx.get(b.pool.servers[0].url + "/is_sleeping").json()["is_sleeping"] is True
         assert await b.update_weights(MODEL) == 3

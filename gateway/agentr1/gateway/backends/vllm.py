@@ -27,9 +27,12 @@ later ``openai/completion/protocol.py``; ``entrypoints/openai/api_server.py``, l
   (invalid request, context overflow), 404 NotFoundError (unknown model).
 - ``GET /health`` (200 while the engine lives); ``GET /v1/models`` (``max_model_len``).
 - Weights, with ``VLLM_SERVER_DEV_MODE=1``: ``POST /collective_rpc`` {method, args, kwargs, timeout}
-  -> {"results": [one per worker]} runs a worker method: ``update_config({"model_config": {"model":
-  path}})`` then ``reload_weights()`` load the checkpoint at ``path`` in place (``weight_reload=
-  "in_place"``: only ``reload_weights()``, for a trainer that overwrites the served directory);
+  -> {"results": [one per worker]} runs a worker method: ``reload_weights(weights_path=path)`` loads
+  the checkpoint at ``path`` in place (``weight_reload="weights_path"``, the default; seen working on
+  vLLM 0.25.0 on an H200, where ``update_config`` fails with "Field 'model_arch_config' not found in
+  ModelConfig"); ``weight_reload="update_config"``: ``update_config({"model_config": {"model":
+  path}})`` then ``reload_weights()``, for servers whose ``reload_weights`` takes no path;
+  ``"in_place"``: only ``reload_weights()``, for a trainer that overwrites the served directory;
   then ``POST /reset_prefix_cache`` drops KV computed with the old weights. vLLM reports no weight
   version: the policy version is this backend's counter.
 - Pause/resume (``pause_mode``): "sleep" = ``POST /sleep?level=N`` / ``POST /wake_up`` (dev mode
@@ -114,7 +117,7 @@ class VLLMBackend(RemoteBase):
 
     def __init__(self, urls: list[str] | str, *, model_name: str | None = None, max_context: int | None = None,
                  tokenizer: Any = None, timeout: float = 600.0, retries: int = 3,
-                 weight_reload: Literal["update_config", "in_place"] = "update_config",
+                 weight_reload: Literal["weights_path", "update_config", "in_place"] = "weights_path",
                  pause_mode: Literal["sleep", "pause", "local"] = "sleep", sleep_level: int = 1,
                  extra_body: dict[str, Any] | None = None, weights_timeout_s: float = 1800.0, **options: Any) -> None:
         super().__init__(urls, model_name=model_name, max_context=max_context, tokenizer=tokenizer,
@@ -202,8 +205,8 @@ class VLLMBackend(RemoteBase):
 
     async def update_weights(self, path: str) -> int:
         """Load the checkpoint at ``path`` (on the servers' filesystem) on every server: new requests
-        wait, the gateway's requests in flight drain, then each server runs ``update_config`` (unless
-        ``weight_reload="in_place"``) and ``reload_weights`` through ``/collective_rpc`` and resets its
+        wait, the gateway's requests in flight drain, then each server reloads (``weight_reload``: see
+        the module docstring) through ``/collective_rpc`` and resets its
         prefix cache. A sleeping server is woken for the load and put back to sleep. Servers that fail
         while others succeed are taken out of rotation until an update succeeds on them."""
         async with self._weights_lock:
@@ -222,15 +225,19 @@ class VLLMBackend(RemoteBase):
                 self._updating -= 1
 
     async def _reload(self, server: Server, path: str) -> None:
-        if self.weight_reload == "update_config":
-            await self._rpc(server, "update_config", [{"model_config": {"model": path}}])
-        await self._rpc(server, "reload_weights")
+        if self.weight_reload == "weights_path":
+            await self._rpc(server, "reload_weights", kwargs={"weights_path": path})
+        else:
+            if self.weight_reload == "update_config":
+                await self._rpc(server, "update_config", [{"model_config": {"model": path}}])
+            await self._rpc(server, "reload_weights")
         r = await self._post(server, "/reset_prefix_cache")
         if r.status_code >= 400:
             log.warning("vLLM %s could not reset its prefix cache: %s", server.url, error_message(r))
 
-    async def _rpc(self, server: Server, method: str, args: list[Any] | None = None) -> Any:
-        body = {"method": method, "args": args or [], "kwargs": {}, "timeout": self.weights_timeout_s}
+    async def _rpc(self, server: Server, method: str, args: list[Any] | None = None,
+                   kwargs: dict[str, Any] | None = None) -> Any:
+        body = {"method": method, "args": args or [], "kwargs": kwargs or {}, "timeout": self.weights_timeout_s}
         r = await self._post(server, "/collective_rpc", body, timeout=self.weights_timeout_s)
         if r.status_code == 404:
             raise BackendError(f"vLLM {server.url} has no /collective_rpc: start it with VLLM_SERVER_DEV_MODE=1")
