@@ -135,7 +135,9 @@ def main() -> None:
 
     tok = AutoTokenizer.from_pretrained(args.model)
     prompt = tok.encode("<|im_start|>user\nWhat is 12*7?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    client = httpx.Client(base_url=args.url, timeout=120)
+    # a connection per exchange: vLLM 0.25.0 may drop a kept-alive connection after an error it re-raised,
+    # and the next exchange on it would record a reset that is not its own answer (first recordings)
+    client = httpx.Client(base_url=args.url, timeout=120, limits=httpx.Limits(max_keepalive_connections=0))
     card = client.get("/v1/models").json()["data"][0]
     model, max_len = card["id"], int(card["max_model_len"])
     backend = VLLMBackend(args.url, model_name=model, max_context=max_len)

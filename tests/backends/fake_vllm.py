@@ -30,7 +30,10 @@ tests/backends/fixtures/vllm/: ``recorded/`` from a real server, ``derived/`` fr
 - With ``dev_mode`` (``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` {method, args, kwargs} for
   the worker methods ``reload_weights(weights_path=None)`` and ``update_config({"model_config":
   {"model": path}})`` (the latter fails on vLLM 0.25.0 with a ValueError: ``update_config_fails``) ->
-  {"results": [null]} (any failure, an unknown method too, is a 500 InternalServerError),
+  {"results": [null]} (any failure, an unknown method too, is a 500 InternalServerError "Call to
+  collective_rpc method failed: ..."; the real server re-raises after answering, and its connection is
+  sometimes reset before the client reads the answer: recorded on the H200 for collective_rpc failures and
+  for an empty or out-of-vocabulary prompt, which in other runs got their 500 or 400),
   ``POST /reset_prefix_cache``, ``POST /sleep?level=``, ``POST /wake_up``, ``GET /is_sleeping``,
   ``POST /pause?mode=``, ``POST /resume``, ``GET /is_paused``.
 
@@ -56,6 +59,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tokenizers import Tokenizer
 
+from agentr1.gateway.backends._weights import read_safetensors
 from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
 
 
@@ -120,6 +124,10 @@ class FakeVLLMState:
     max_logprobs: int = 20
     sleeping: bool = False
     paused: bool = False
+    # vLLM's default --fingerprint-mode full: version and 8 hex digits of its config hash (parallelism 1)
+    fingerprint: str = "vllm-0.25.0-" + "0" * 8
+    worker_model_path: str = ""  # the worker's model_config.model: what reload_weights() loads
+    loaded_path: str = ""  # the checkpoint the engine holds
     update_config_fails: bool = True  # as on vLLM 0.25.0 (recorded: rpc_update_config); False: older servers
     fail_next: list[int] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -262,6 +270,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                           max_model_len=max_model_len or engine.max_context, dev_mode=dev_mode,
                           decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")),
                           vocab_size=_vocab_size(model_path))
+    state.worker_model_path = state.loaded_path = str(model_path)
     app = FastAPI()
     app.state.fake = state
 
@@ -309,12 +318,13 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                  "completion_tokens": len(result.output_ids), "prompt_tokens_details": None}
         return JSONResponse({"id": cid, "object": "text_completion", "created": created,
                              "model": state.served_model_name, "choices": [choice], "service_tier": None,
-                             "system_fingerprint": None, "usage": usage, "kv_transfer_params": None, "metrics": None})
+                             "system_fingerprint": state.fingerprint, "usage": usage, "kv_transfer_params": None, "metrics": None})
 
     async def _chunks(body: CompletionRequest, req: GenerateRequest, cid: str, created: int) -> Any:
         def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
             payload = {"id": cid, "object": "text_completion", "created": created, "model": state.served_model_name,
-                       "choices": choices, **({"usage": usage} if usage else {})}
+                       "choices": choices,
+                       **({"usage": usage, "system_fingerprint": state.fingerprint} if usage else {})}
             return b"data: " + _dumps(payload).encode() + b"\n\n"
 
         if body.logprobs:  # top logprobs come with the result: replay it token by token
@@ -360,6 +370,20 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
     if not dev_mode:
         return app
 
+    async def reload_weights(path: str) -> None:
+        """vLLM 0.25.0 reloads layer by layer into the served parameters: a load that fails part way (a
+        missing directory too) leaves weights of no checkpoint behind. Seen on the H200: after a reload
+        from a missing path the server answered newlines only. Here: the 2-D weights zeroed."""
+        try:
+            await state.engine.update_weights(path)
+        except Exception:
+            tensors = read_safetensors(state.loaded_path)
+            await state.engine.update_weights_from_tensors(
+                {k: v.zero_() if v.dim() == 2 else v for k, v in tensors.items()})
+            state.loaded_path = ""
+            raise
+        state.loaded_path = path
+
     @app.post("/collective_rpc")
     async def collective_rpc(request: Request) -> Response:
         body = await request.json()
@@ -369,15 +393,15 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
             if method == "update_config":
                 if state.update_config_fails:
                     raise ValueError("Field 'model_arch_config' not found in ModelConfig.")
-                state.model_path = str(args[0]["model_config"]["model"])
+                state.worker_model_path = str(args[0]["model_config"]["model"])
             elif method == "reload_weights":
                 if kwargs.get("weights_path") is not None:
-                    state.model_path = str(kwargs["weights_path"])
-                await state.engine.update_weights(state.model_path)
+                    state.worker_model_path = str(kwargs["weights_path"])
+                await reload_weights(state.worker_model_path)
             else:
                 raise AttributeError(f"'Worker' object has no attribute '{method}'")
-        except Exception as exc:  # vLLM's exception handler: the exception's text, a 500
-            return error(str(exc), 500, "InternalServerError")
+        except Exception as exc:  # vLLM's exception handler: the engine core's failure, a 500
+            return error(f"Call to collective_rpc method failed: {exc}", 500, "InternalServerError")
         return JSONResponse({"results": [None]})
 
     @app.post("/reset_prefix_cache")

@@ -134,6 +134,44 @@ def test_weight_reload_through_collective_rpc(prompts, tiny_model_path, tmp_path
         run(engine.close()), run(reference.close())
 
 
+def test_a_failed_reload_puts_the_weights_of_before_back_or_takes_the_server_out(prompts, tiny_model_path, tmp_path):
+    """vLLM 0.25.0 overwrites weights while it reloads; a reload that fails leaves weights of no checkpoint
+    (the fake does the same): the backend loads the last good checkpoint again, and if that fails too the
+    server is never used until an update succeeds on it."""
+    import shutil
+
+    from agentr1.core.models import build_tiny_random_model
+    from agentr1.gateway.backends.base import BackendUnavailable
+
+    engine = LocalBackend(tiny_model_path, device="cpu", num_threads=1)
+    engine.start_sync()
+    checkpoint = build_tiny_random_model(tmp_path / "step-1", seed=1)
+    app = fake_vllm.create_app(engine, model_path=tiny_model_path)
+    try:
+        with served(app) as url:
+            async def body(b: VLLMBackend):
+                req = request(prompts[1], max_new_tokens=12)
+                before = (await b.generate(req)).output_ids
+                with pytest.raises(BackendError, match="weight update failed"):
+                    await b.update_weights(str(tmp_path / "missing"))
+                assert b.policy_version == 0 and (await b.generate(req)).output_ids == before  # restored
+                assert await b.update_weights(str(checkpoint)) == 1
+                trained = (await b.generate(req)).output_ids
+                shutil.rmtree(checkpoint)  # nothing to go back to
+                with pytest.raises(BackendError, match="weight update failed"):
+                    await b.update_weights(str(tmp_path / "missing"))
+                with pytest.raises(BackendUnavailable, match="holds known weights"):
+                    await b.generate(req)
+                assert await b.update_weights(str(tiny_model_path)) == 2  # back in rotation
+                assert (await b.generate(req)).output_ids == before != trained
+
+            run(using(VLLMBackend(url), body))
+        rpcs = [c[1] for c in app.state.fake.calls if c[0] == "collective_rpc"]
+        assert rpcs == ["reload_weights"] * 6, rpcs  # failed, restore, load, failed, restore failed, load
+    finally:
+        run(engine.close())
+
+
 def test_sleep_and_wake_as_pause_and_resume(prompts, fresh):
     url, fake = fresh
 

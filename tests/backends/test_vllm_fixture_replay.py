@@ -38,17 +38,38 @@ DATA_DECIDED = {"stop_reason"}  # null, the stop token id or the stop string: wh
 MAPS = {"top_logprobs"}  # lists of {token: logprob} maps: their keys are data
 
 
+def read(kind: str) -> dict[str, dict[str, Any]]:
+    return {f["name"]: {**f, "kind": kind} for f in (json.loads(p.read_text()) for p in
+                                                       sorted((FIXTURES / kind).glob("*.json")))}
+
+
 def load_fixtures() -> list[dict[str, Any]]:
-    """Recorded fixtures, and derived ones for the names not recorded, in the recorded order."""
-    chosen: dict[str, dict[str, Any]] = {}
-    for kind in ("derived", "recorded"):  # recorded last: it replaces the derived fixture of its name
-        for path in sorted((FIXTURES / kind).glob("*.json")):
-            fixture = json.loads(path.read_text())
-            chosen[fixture["name"]] = {**fixture, "kind": kind}
+    """Recorded fixtures, and derived ones for the names not recorded, in the recorded order. A recorded
+    exchange whose connection the server reset before the answer was read (``transport_error``: vLLM
+    0.25.0 answers an unhandled exception and re-raises it, which sometimes drops the connection first)
+    has no answer to compare: the derived fixture of its name stands in (test_every_reset_...)."""
+    chosen = read("derived")
+    chosen.update({name: f for name, f in read("recorded").items() if "transport_error" not in f["response"]})
     return sorted(chosen.values(), key=lambda f: (f["kind"] != "recorded", f["seq"]))
 
 
 CASES = load_fixtures()
+RESETS = sorted(name for name, f in read("recorded").items() if "transport_error" in f["response"])
+
+
+def test_every_reset_in_the_recording_has_a_derived_answer():
+    derived = read("derived")
+    assert all(name in derived and "status" in derived[name]["response"] for name in RESETS), RESETS
+
+
+def local_request(request: dict[str, Any], fixture: dict[str, Any], model_path: Path) -> dict[str, Any]:
+    """``request`` with the recording machine's model directory (a reload's ``weights_path``) replaced by
+    the fake's model."""
+    kwargs = (request.get("body") or {}).get("kwargs") or {}
+    if "weights_path" not in kwargs:
+        return request
+    body = {**request["body"], "kwargs": {**kwargs, "weights_path": str(model_path)}}
+    return {**request, "body": body}
 
 
 def kind_of(value: Any) -> str:
@@ -176,7 +197,7 @@ def fakes(engine, tiny_model_path):
 @pytest.mark.parametrize("fixture", CASES, ids=[f"{f['kind']}:{f['name']}" for f in CASES])
 def test_the_fake_answers_like_vllm(fixture, fakes, tiny_model_path):
     url, fake = fakes(fixture["server"])
-    request = fixture["request"]
+    request = local_request(fixture["request"], fixture, tiny_model_path)
     content = request["raw_body"].encode() if "raw_body" in request else (
         json.dumps(request["body"]).encode() if "body" in request else None)
     headers = {"Content-Type": "application/json"} if content is not None else {}
@@ -184,7 +205,7 @@ def test_the_fake_answers_like_vllm(fixture, fakes, tiny_model_path):
         answer = httpx.request(request["method"], url + request["path"], content=content, headers=headers,
                                params=request.get("params"), timeout=120)
     finally:
-        fake.model_path = str(tiny_model_path)  # an update_config fixture names the recording machine's path
+        fake.worker_model_path = str(tiny_model_path)  # update_config names the recording machine's path
     problems = compare(fixture, answer)
     assert not problems, f"{fixture['kind']} fixture {fixture['name']} ({fixture['source']}):\n" + "\n".join(problems)
 

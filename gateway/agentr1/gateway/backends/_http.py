@@ -61,11 +61,12 @@ class Server:
     failures: int = 0
     down_until: float = 0.0
     stale: bool = False  # missed a weight update: out of rotation until one succeeds on it
+    weights_unknown: str | None = None  # why: a failed load left weights no version names; never served
     served: int = 0
 
     @property
     def up(self) -> bool:
-        return not self.stale and time.monotonic() >= self.down_until
+        return not self.stale and not self.weights_unknown and time.monotonic() >= self.down_until
 
 
 class ServerPool:
@@ -79,7 +80,8 @@ class ServerPool:
 
     def ranked(self, key: str | None) -> list[Server]:
         """The order to try servers in: up ones first (rendezvous order for a key, least loaded
-        otherwise), then the down ones, soonest back first. Stale servers only if nothing else."""
+        otherwise), then the down ones, soonest back first. Stale servers only if nothing else; servers
+        whose weights are unknown never (an empty list if that is all there is)."""
         if key is None:
             self._turn += 1
             n = len(self.servers)
@@ -87,6 +89,7 @@ class ServerPool:
             order = sorted(rotated, key=lambda s: s.in_flight)
         else:
             order = sorted(self.servers, key=lambda s: _weight(key, s.url), reverse=True)
+        order = [s for s in order if not s.weights_unknown]
         up = [s for s in order if s.up]
         down = sorted((s for s in order if not s.up and not s.stale), key=lambda s: s.down_until)
         return up + down or order

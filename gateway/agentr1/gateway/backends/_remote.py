@@ -265,7 +265,12 @@ class RemoteBase:
                             f"({type(exc).__name__}: {exc})"[:500])
 
     async def _next_server(self, key: str | None, failed: Server | None, delay: float) -> Server:
-        server = self.pool.ranked(key)[0]
+        ranked = self.pool.ranked(key)
+        if not ranked:
+            reasons = "; ".join(f"{s.url}: {s.weights_unknown}" for s in self.pool.servers)
+            raise BackendUnavailable(f"no {self.name} server holds known weights ({reasons}); a successful "
+                                     "update_weights puts them back in rotation", retry_after=30.0)
+        server = ranked[0]
         if failed is not None and server is failed:  # no other server to move to: back off first
             await asyncio.sleep(delay)
         return server
@@ -291,7 +296,7 @@ class RemoteBase:
                 log.error("%s server %s missed weight version %d: out of rotation until an update succeeds on it "
                           "(%s)", self.name, server.url, version, failures.get(server.url, "down during the update"))
             else:
-                server.stale = False
+                server.stale, server.weights_unknown = False, None
         self._version = version
         self._epoch += 1
         log.info("%s backend: weights updated on %d servers, policy version %d", self.name,

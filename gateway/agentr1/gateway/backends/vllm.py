@@ -125,6 +125,7 @@ class VLLMBackend(RemoteBase):
         self.weight_reload, self.pause_mode, self.sleep_level = weight_reload, pause_mode, sleep_level
         self.extra_body = dict(extra_body or {})
         self.weights_timeout_s = weights_timeout_s
+        self._loaded: dict[str, str] = {}  # server url -> the checkpoint it last loaded (weights_path mode)
 
     # -- generation -----------------------------------------------------------------------
 
@@ -226,7 +227,12 @@ class VLLMBackend(RemoteBase):
 
     async def _reload(self, server: Server, path: str) -> None:
         if self.weight_reload == "weights_path":
-            await self._rpc(server, "reload_weights", kwargs={"weights_path": path})
+            try:
+                await self._rpc(server, "reload_weights", kwargs={"weights_path": path})
+            except (BackendError, Retry, httpx.HTTPError) as exc:  # a reset connection: it failed too
+                await self._restore(server, exc)
+                raise
+            self._loaded[server.url] = path
         else:
             if self.weight_reload == "update_config":
                 await self._rpc(server, "update_config", [{"model_config": {"model": path}}])
@@ -234,6 +240,26 @@ class VLLMBackend(RemoteBase):
         r = await self._post(server, "/reset_prefix_cache")
         if r.status_code >= 400:
             log.warning("vLLM %s could not reset its prefix cache: %s", server.url, error_message(r))
+
+    async def _restore(self, server: Server, failure: Exception) -> None:
+        """After a failed ``reload_weights(weights_path=...)``: vLLM 0.25.0 has then overwritten part of
+        the weights (a reload from a missing directory served newlines only, seen on the H200), so load
+        the server's last good checkpoint again (its served model before any update). If that fails
+        too, the server's weights are unknown: it leaves rotation until an update succeeds on it."""
+        previous = self._loaded.get(server.url)
+        try:
+            if previous is None:
+                r = await self.client.get(server.url + "/v1/models", timeout=self.health_timeout_s)
+                previous = str(r.json()["data"][0]["root"])
+            try:
+                await self._rpc(server, "reload_weights", kwargs={"weights_path": previous})
+            except Retry:  # vLLM 0.25.0 may drop the connection after a failed call: the next one is reset
+                await self._rpc(server, "reload_weights", kwargs={"weights_path": previous})
+            log.warning("vLLM %s: the update failed (%s); its weights of before (%s) were loaded again",
+                        server.url, failure, previous)
+        except (BackendError, Retry, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            server.weights_unknown = f"a failed update ({failure}) and no way back to {previous} ({exc})"
+            log.error("vLLM %s holds unknown weights, out of rotation: %s", server.url, server.weights_unknown)
 
     async def _rpc(self, server: Server, method: str, args: list[Any] | None = None,
                    kwargs: dict[str, Any] | None = None) -> Any:
