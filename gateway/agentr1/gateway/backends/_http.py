@@ -179,6 +179,16 @@ def _as_httpx_error(exc: BaseException, request: httpx.Request) -> httpx.HTTPErr
     return httpx.ReadError(f"{type(exc).__name__}: {exc}", request=request)
 
 
+def _closed_kept_alive(exc: BaseException) -> bool:
+    """A request that failed on a pooled connection the server had closed (it could not be written, or the
+    server hung up without an answer), not on a server that is down (refused connection) or slow: uvicorn
+    closes a connection after an app error it logs as "Exception in ASGI application", which vLLM 0.25.0
+    does after some error answers, and the next request on it fails at once (seen on the H200)."""
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ServerTimeoutError | aiohttp.ClientResponseError):
+        return False
+    return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+
+
 class FastPoster:
     """JSON POSTs over one pooled aiohttp session (opened lazily inside the running loop).
     ``post`` answers an ``httpx.Response`` (without ``request``: read it with :func:`json_body`, not
@@ -202,16 +212,19 @@ class FastPoster:
         total = self.timeout if timeout is None else timeout
         limits = aiohttp.ClientTimeout(total=total, sock_connect=min(5.0, total))
         data = None if body is None else orjson.dumps(body)
-        try:
-            async with self._open().post(url, data=data, timeout=limits, params=params,
-                                         headers={"Content-Type": "application/json"} if data is not None else None
-                                         ) as answer:
-                content = await answer.read()
-                # no httpx.Request: building one parses the URL, a tenth of the gateway's CPU per call in
-                # bench/peer_profile.py; nothing reads it from an answer (only the errors below carry one)
-                return httpx.Response(answer.status, headers=list(answer.headers.items()), content=content)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _as_httpx_error(exc, httpx.Request("POST", url)) from exc
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        for attempt in (0, 1):
+            try:
+                async with self._open().post(url, data=data, timeout=limits, params=params, headers=headers) as answer:
+                    content = await answer.read()
+                    # no httpx.Request: building one parses the URL, a tenth of the gateway's CPU per call in
+                    # bench/peer_profile.py; nothing reads it from an answer (only the errors below carry one)
+                    return httpx.Response(answer.status, headers=list(answer.headers.items()), content=content)
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                if attempt == 0 and _closed_kept_alive(exc):
+                    continue  # once more, on a new connection
+                raise _as_httpx_error(exc, httpx.Request("POST", url)) from exc
+        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         session, self._session = self._session, None

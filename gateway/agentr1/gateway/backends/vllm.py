@@ -251,10 +251,7 @@ class VLLMBackend(RemoteBase):
             if previous is None:
                 r = await self.client.get(server.url + "/v1/models", timeout=self.health_timeout_s)
                 previous = str(r.json()["data"][0]["root"])
-            try:
-                await self._rpc(server, "reload_weights", kwargs={"weights_path": previous})
-            except Retry:  # vLLM 0.25.0 may drop the connection after a failed call: the next one is reset
-                await self._rpc(server, "reload_weights", kwargs={"weights_path": previous})
+            await self._rpc(server, "reload_weights", kwargs={"weights_path": previous})
             log.warning("vLLM %s: the update failed (%s); its weights of before (%s) were loaded again",
                         server.url, failure, previous)
         except (BackendError, Retry, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
