@@ -31,9 +31,8 @@ tests/backends/fixtures/vllm/: ``recorded/`` from a real server, ``derived/`` fr
   the worker methods ``reload_weights(weights_path=None)`` and ``update_config({"model_config":
   {"model": path}})`` (the latter fails on vLLM 0.25.0 with a ValueError: ``update_config_fails``) ->
   {"results": [null]} (any failure, an unknown method too, is a 500 InternalServerError "Call to
-  collective_rpc method failed: ..."; the real server re-raises after answering, and its connection is
-  sometimes reset before the client reads the answer: recorded on the H200 for collective_rpc failures and
-  for an empty or out-of-vocabulary prompt, which in other runs got their 500 or 400),
+  collective_rpc method failed: ..."; the real server re-raises after answering, which closes the
+  connection, and so does the fake: ``_ReraiseAfterAnswer``),
   ``POST /reset_prefix_cache``, ``POST /sleep?level=``, ``POST /wake_up``, ``GET /is_sleeping``,
   ``POST /pause?mode=``, ``POST /resume``, ``GET /is_paused``.
 
@@ -165,8 +164,24 @@ def validation_error(errors: list[dict[str, Any]]) -> JSONResponse:
 
 
 class _Invalid(Exception):
-    def __init__(self, response: JSONResponse) -> None:
-        self.response = response
+    def __init__(self, response: JSONResponse, *, reraised: bool = False) -> None:
+        self.response, self.reraised = response, reraised
+
+
+class _ReraiseAfterAnswer:
+    """vLLM 0.25.0's exception handler answers some errors and lets the exception go on to uvicorn, which
+    logs "Exception in ASGI application" and closes the connection (the next request sent on it fails):
+    seen on the H200 for failed ``/collective_rpc`` calls, a body that is not an object, and prompts the
+    input processor rejects. The fake's handlers mark those answers (``request.state.reraise``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+        reason = scope.get("state", {}).get("reraise") if scope["type"] == "http" else None
+        if reason:
+            raise RuntimeError(f"fake vLLM re-raises after its answer: {reason}")
 
 
 def _to_request(body: CompletionRequest, state: FakeVLLMState) -> GenerateRequest:
@@ -194,12 +209,13 @@ def _to_request(body: CompletionRequest, state: FakeVLLMState) -> GenerateReques
         ((body.logprobs or 0) > state.max_logprobs, lambda: ParamError(
             f"Requested sample logprobs of {body.logprobs}, which is greater than max allowed: {state.max_logprobs}",
             "logprobs", body.logprobs)),
-        (not ids, lambda: ParamError("The decoder prompt cannot be empty")),
-        (max(ids, default=0) >= state.vocab_size, lambda: ParamError(f"Token id {max(ids)} is out of vocabulary")),
     ]
     for failed, exc in checks:
         if failed:
             raise _Invalid(param_error(exc()))
+    if not ids or max(ids) >= state.vocab_size:  # the input processor's ValueError: answered, then re-raised
+        message = "The decoder prompt cannot be empty" if not ids else f"Token id {max(ids)} is out of vocabulary"
+        raise _Invalid(param_error(ParamError(message)), reraised=True)
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return GenerateRequest(prompt_ids=list(ids), request_id=str(getattr(body, "request_id", "") or ""),
                            sampling=SamplingParams(
@@ -272,6 +288,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                           vocab_size=_vocab_size(model_path))
     state.worker_model_path = state.loaded_path = str(model_path)
     app = FastAPI()
+    app.add_middleware(_ReraiseAfterAnswer)
     app.state.fake = state
 
     def parse(raw: bytes) -> CompletionRequest | JSONResponse:
@@ -293,6 +310,8 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
     async def completions(request: Request) -> Response:
         body = parse(await request.body())
         if isinstance(body, JSONResponse):
+            if body.status_code == 500:
+                request.state.reraise = body.body.decode()
             return body
         state.requests.append(body.model_dump(exclude_unset=True))
         if state.fail_next:
@@ -303,6 +322,8 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         try:
             req = _to_request(body, state)
         except _Invalid as exc:
+            if exc.reraised:
+                request.state.reraise = exc.response.body.decode()
             return exc.response
         cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         if body.stream:
@@ -401,6 +422,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
             else:
                 raise AttributeError(f"'Worker' object has no attribute '{method}'")
         except Exception as exc:  # vLLM's exception handler: the engine core's failure, a 500
+            request.state.reraise = str(exc)
             return error(f"Call to collective_rpc method failed: {exc}", 500, "InternalServerError")
         return JSONResponse({"results": [None]})
 
