@@ -152,7 +152,7 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
     del model
     torch.cuda.empty_cache()
     if args.compile:
-        engine_rows(args, local_backend, model_dir, out, compile=True)
+        engine_rows(args, local_backend, model_dir, out, compile=True, prefill_budget=args.compile_prefill_budget)
 
 
 def timed_phases(engine: Any) -> dict[str, dict[str, float]]:
@@ -243,6 +243,8 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="cProfile the engine's decode at this batch")
     parser.add_argument("--compile", action="store_true", help="also run the engine with torch.compile (last)")
     parser.add_argument("--compile-batches", type=int, nargs="+", default=[128, 1])
+    parser.add_argument("--compile-prefill-budget", type=int, default=None,
+                        help="the compiled engine's tokens per prefill forward (default: the engine's)")
     parser.add_argument("--prefill-budgets", type=int, nargs="*", default=[],
                         help="also run the engine with these tokens per prefill forward")
     parser.add_argument("--vocab", type=int, default=49152)

@@ -10,7 +10,8 @@
 #   - the trainer's wheels are installed into $GPU_SITE (lib.sh's gpu_collect);
 #   - the embedded engine's speed benchmark starts in the background (setsid: it outlives the call), unless
 #     VLLM_ENGINE_BENCH=0, with the batches, prompt and output lengths of the vLLM benchmark (and, by default,
-#     the engine's other prefill chunking and its torch.compile rows: VLLM_ENGINE_BENCH_ARGS replaces those);
+#     the engine's other prefill chunking and its torch.compile rows, compiled with one prefill forward of up
+#     to 65,536 tokens: VLLM_ENGINE_BENCH_ARGS replaces those);
 #   - the GGUF is converted to the bf16 HF directory that vLLM serves, in the background;
 #   - the vLLM parts are checked (sha256), joined and unpacked into $VLLM_SITE (a few seconds).
 # Run from the repository root; prints what is there and what is still missing.
@@ -52,7 +53,7 @@ if [ -f "$GPU_SITE/.installed" ] && [ -f "$GPU_STORE/tok.tgz" ] && [ "${VLLM_ENG
   background engine_bench python3 bench/engine_gpu_bench.py \
     --tokenizer "$VLLM_TOK" --out "$VLLM_WORK/engine_gpu.jsonl" --work /tmp/agentr1-engine-bench --skip exactness \
     --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" \
-    ${VLLM_ENGINE_BENCH_ARGS:---budget-s 600 --prefill-budgets 65536 --compile}
+    ${VLLM_ENGINE_BENCH_ARGS:---budget-s 600 --prefill-budgets 65536 --compile --compile-prefill-budget 65536}
 fi
 if [ -f "$GPU_SITE/.installed" ] && ls "$GPU_STORE"/gguf.xz.part{1,2,3} > /dev/null 2>&1; then
   background convert bash -c 'source scripts/gpu/lib.sh && gpu_env && m=$(gpu_smollm2) && test -f "$m/config.json" && echo "$m"'
