@@ -45,9 +45,9 @@ def read(kind: str) -> dict[str, dict[str, Any]]:
 
 def load_fixtures() -> list[dict[str, Any]]:
     """Recorded fixtures, and derived ones for the names not recorded, in the recorded order. A recorded
-    exchange whose connection the server reset before the answer was read (``transport_error``: vLLM
-    0.25.0 answers an unhandled exception and re-raises it, which sometimes drops the connection first)
-    has no answer to compare: the derived fixture of its name stands in (test_every_reset_...)."""
+    exchange that got no answer (``transport_error``: it was sent on a kept-alive connection that vLLM
+    0.25.0 closed after the previous exchange's error, which it answers and re-raises) has nothing to
+    compare: the derived fixture of its name stands in (test_every_reset_...)."""
     chosen = read("derived")
     chosen.update({name: f for name, f in read("recorded").items() if "transport_error" not in f["response"]})
     return sorted(chosen.values(), key=lambda f: (f["kind"] != "recorded", f["seq"]))
