@@ -53,12 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import torch
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tokenizers import Tokenizer
 
-from agentr1.gateway.backends._weights import read_safetensors
 from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
 
 
@@ -126,7 +126,6 @@ class FakeVLLMState:
     # vLLM's default --fingerprint-mode full: version and 8 hex digits of its config hash (parallelism 1)
     fingerprint: str = "vllm-0.25.0-" + "0" * 8
     worker_model_path: str = ""  # the worker's model_config.model: what reload_weights() loads
-    loaded_path: str = ""  # the checkpoint the engine holds
     update_config_fails: bool = True  # as on vLLM 0.25.0 (recorded: rpc_update_config); False: older servers
     fail_next: list[int] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -286,7 +285,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                           max_model_len=max_model_len or engine.max_context, dev_mode=dev_mode,
                           decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")),
                           vocab_size=_vocab_size(model_path))
-    state.worker_model_path = state.loaded_path = str(model_path)
+    state.worker_model_path = str(model_path)
     app = FastAPI()
     app.add_middleware(_ReraiseAfterAnswer)
     app.state.fake = state
@@ -398,12 +397,10 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         try:
             await state.engine.update_weights(path)
         except Exception:
-            tensors = read_safetensors(state.loaded_path)
+            served = state.engine.model.state_dict()
             await state.engine.update_weights_from_tensors(
-                {k: v.zero_() if v.dim() == 2 else v for k, v in tensors.items()})
-            state.loaded_path = ""
+                {k: torch.zeros_like(v) if v.dim() == 2 else v.clone() for k, v in served.items()})
             raise
-        state.loaded_path = path
 
     @app.post("/collective_rpc")
     async def collective_rpc(request: Request) -> Response:

@@ -184,9 +184,8 @@ def _closed_kept_alive(exc: BaseException) -> bool:
     server hung up without an answer), not on a server that is down (refused connection) or slow: uvicorn
     closes a connection after an app error it logs as "Exception in ASGI application", which vLLM 0.25.0
     does after some error answers, and the next request on it fails at once (seen on the H200)."""
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ServerTimeoutError | aiohttp.ClientResponseError):
-        return False
-    return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+    return (isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+            and not isinstance(exc, aiohttp.ClientConnectorError))
 
 
 class FastPoster:
