@@ -195,7 +195,9 @@ def _to_request(body: CompletionRequest, state: FakeVLLMState) -> GenerateReques
     ids = body.prompt if isinstance(body.prompt, list) else state.decoder.encode(body.prompt).ids
     max_tokens = 16 if body.max_tokens is None else body.max_tokens
     temperature = 1.0 if body.temperature is None else body.temperature
-    checks = [  # in vLLM's order: the renderer's length check, SamplingParams, then the input processor
+    checks = [  # in vLLM's order: the serving layer's prompt check, the renderer's length check, SamplingParams,
+        # then the input processor (an empty prompt is refused first, as a plain 400: recorded 2026-12-02)
+        (not ids, lambda: ParamError("You must pass at least one prompt")),
         (max_tokens > 0 and len(ids) + max_tokens > state.max_model_len, lambda: ParamError(
             f"This model's maximum context length is {state.max_model_len} tokens. However, you requested "
             f"{max_tokens} output tokens and your prompt contains {len(ids)} input tokens, for a total of "
@@ -212,9 +214,8 @@ def _to_request(body: CompletionRequest, state: FakeVLLMState) -> GenerateReques
     for failed, exc in checks:
         if failed:
             raise _Invalid(param_error(exc()))
-    if not ids or max(ids) >= state.vocab_size:  # the input processor's ValueError: answered, then re-raised
-        message = "The decoder prompt cannot be empty" if not ids else f"Token id {max(ids)} is out of vocabulary"
-        raise _Invalid(param_error(ParamError(message)), reraised=True)
+    if max(ids) >= state.vocab_size:  # the input processor's ValueError: answered, then re-raised
+        raise _Invalid(param_error(ParamError(f"Token id {max(ids)} is out of vocabulary")), reraised=True)
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return GenerateRequest(prompt_ids=list(ids), request_id=str(getattr(body, "request_id", "") or ""),
                            sampling=SamplingParams(
@@ -417,7 +418,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                     state.worker_model_path = str(kwargs["weights_path"])
                 await reload_weights(state.worker_model_path)
             else:
-                raise AttributeError(f"'Worker' object has no attribute '{method}'")
+                raise NotImplementedError(f"Method '{method}' is not implemented.")  # the worker's words (recorded)
         except Exception as exc:  # vLLM's exception handler: the engine core's failure, a 500
             request.state.reraise = str(exc)
             return error(f"Call to collective_rpc method failed: {exc}", 500, "InternalServerError")
