@@ -124,10 +124,11 @@ def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, o
             phase.update(calls=0, seconds=0.0)
         row = time_engine(backend, prompts, args.tokens)
         split = {f"{phase}_ms": round(1000 * p["seconds"] / max(1, p["calls"]), 3) for phase, p in phases.items()}
+        split["prefill_calls"] = phases["prefill"]["calls"]
         record(out, {"engine": name, "batch": batch, **row, **split, "graph_captures": backend.stats.graph_captures,
                      "warm_up_s": warm_up_s})
-    if args.profile and not compile:
-        profile_decode(backend, random_prompts(args.profile, args.prompt, args.vocab), args.tokens)
+    for batch in args.profile if not compile else []:
+        profile_batch(backend, random_prompts(batch, args.prompt, args.vocab), args.tokens, out)
     asyncio.run(backend.close())
     del backend
     torch.cuda.empty_cache()
@@ -175,28 +176,26 @@ def timed_phases(engine: Any) -> dict[str, dict[str, float]]:
     return phases
 
 
-def profile_decode(backend: Any, prompts: list[list[int]], tokens: int) -> None:
-    """cProfile of the worker's decode steps for one batch (where the host time goes)."""
-    import cProfile
-    import io
-    import pstats
+def profile_batch(backend: Any, prompts: list[list[int]], tokens: int, out: Path) -> None:
+    """torch.profiler over one batch (host ops of every thread, GPU kernels): the tables of where the
+    host and the device spend it (printed) and a gzipped Chrome trace beside ``out``."""
+    import gzip
 
-    engine, profiler = backend._engine, cProfile.Profile()
-    original = engine.decode
+    from torch._C._profiler import _ExperimentalConfig
+    from torch.profiler import ProfilerActivity, profile
 
-    def profiled() -> None:
-        profiler.enable()
-        try:
-            original()
-        finally:
-            profiler.disable()
-
-    engine.decode = profiled
-    time_engine(backend, prompts, tokens)
-    engine.decode = original
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-    print(text.getvalue()[:6000])
+    every_thread = _ExperimentalConfig(profile_all_threads=True)  # the engine's ops run on its worker thread
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], experimental_config=every_thread) as prof:
+        row = time_engine(backend, prompts, tokens)
+    events = prof.key_averages()
+    record(out, {"profile": len(prompts), **row})
+    for key in ("self_cuda_time_total", "self_cpu_time_total"):  # each table ends with both totals
+        print(events.table(sort_by=key, row_limit=30, max_name_column_width=60), flush=True)
+    trace = out.parent / f"engine_trace_b{len(prompts)}.json"
+    prof.export_chrome_trace(str(trace))
+    with trace.open("rb") as f, gzip.open(f"{trace}.gz", "wb") as z:
+        shutil.copyfileobj(f, z)
+    trace.unlink()
 
 
 def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
@@ -205,12 +204,15 @@ def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
         check_prefix_reuse_is_exact,
         check_weight_sync_reaches_cached_prefixes,
     )
+    from test_one_token_attention import check_one_token_attention_matches_sdpa
 
     from agentr1.core.models import build_tiny_random_model
 
     tiny = build_tiny_random_model(work / "tiny", base=tokenizer_dir)
     other = build_tiny_random_model(work / "other", base=tokenizer_dir, seed=9)
     checks = {
+        "decode attention matches SDPA (bfloat16)": lambda: check_one_token_attention_matches_sdpa("cuda", torch.bfloat16),
+        "decode attention matches SDPA (float32)": lambda: check_one_token_attention_matches_sdpa("cuda", torch.float32),
         "logprobs match a plain forward (float32, 12 batched requests)":
             lambda: check_logprobs_match_a_plain_forward(tiny, "cuda"),
         "prefix reuse: same ids, logprobs within 2e-3, prefill <= 1.3x (8 turns)":
@@ -240,7 +242,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip generate() baseline runs after this")
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "exactness"])
-    parser.add_argument("--profile", type=int, default=0, help="cProfile the engine's decode at this batch")
+    parser.add_argument("--profile", type=int, nargs="*", default=[],
+                        help="torch.profiler over the default engine's run of these batches (after its rows)")
     parser.add_argument("--compile", action="store_true", help="also run the engine with torch.compile (last)")
     parser.add_argument("--compile-batches", type=int, nargs="+", default=[128, 1])
     parser.add_argument("--compile-prefill-budget", type=int, default=None,

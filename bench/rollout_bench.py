@@ -211,7 +211,7 @@ def job_config(args: argparse.Namespace, model: Path, out: Path) -> JobConfig:
     overrides = [f"db=sqlite:///{out / 'traces.db'}", f"actor_rollout_ref.model={model}",
                  f"actor_rollout_ref.rollout.n={args.n}", f"actor_rollout_ref.rollout.max_concurrency={args.sessions}",
                  f"trainer.device={args.device}", f"trainer.default_local_dir={out}",
-                 f"data.train_size={max(64, args.sessions)}", "data.val_size=8"]
+                 f"data.train_size={max(64, args.sessions)}", "data.val_size=8", *args.set]
     return JobConfig.from_yaml(JOBS[args.job], overrides)
 
 
@@ -315,6 +315,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4, help="chains: model calls per session (0: as the model goes)")
     parser.add_argument("--tokens", type=int, default=0, help="max tokens per call (0: the job's own, 64)")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more job overrides, e.g. actor_rollout_ref.rollout.engine_compile=true")
     parser.add_argument("--modes", default="eager,thread,process",
                         help="compared in this order: thread (the engine in the trainer's process), process (in "
                              "its own), eager (in a thread, every arrival admitted at once: the engine before)")

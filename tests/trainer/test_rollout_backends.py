@@ -171,6 +171,9 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
     ({"name": "sglang", "launch": True, "launch_command": []}, "launch_command is empty"),
     ({"name": "sglang", "launch": True, "launch_servers": 0}, "greater than or equal to 1"),
     ({"name": "trtllm", "urls": ["http://a:1"]}, "'local', 'sglang' or 'vllm'"),
+    ({"name": "vllm", "urls": ["http://a:1"], "engine_compile": True},
+     "engine_compile is an option of the embedded engine \\(name local\\), not of the vllm servers"),
+    ({"prefill_budget": 8}, "greater than or equal to 16"),
 ])
 def test_rollout_server_config_errors_are_clear(tmp_path, rollout, message):
     with pytest.raises(ValidationError, match=message):
@@ -183,7 +186,32 @@ def test_offline_training_serves_nothing(tmp_path):
                                   "actor_rollout_ref": {"rollout": {"name": "sglang", "urls": ["http://a:1"]}}})
 
 
-@pytest.mark.parametrize("rollout", [{}, {"name": "vllm", "urls": ["http://a:1"]},
+def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path):
+    """rollout.engine_compile / prefill_budget -> the job's gateway settings -> the engine the trainer serves."""
+    from agentr1.gateway.backends.factory import local_backend
+    from agentr1.trainer.serving import gateway_settings
+
+    config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64})
+    settings = gateway_settings(config, model=tiny_model_path, run_id="r")
+    assert (settings.engine_compile, settings.prefill_budget) == (True, 64)
+    backend = local_backend(settings)
+    backend.start_sync()
+    try:
+        engine = backend._engine
+        assert engine.prefill_budget == 64
+        assert engine._decode_step is not engine._decode_forward  # the compiled step (compiled at its first call)
+    finally:
+        asyncio.run(backend.close())
+    plain = local_backend(gateway_settings(job(tmp_path, tiny_model_path, {}), model=tiny_model_path, run_id="r"))
+    plain.start_sync()
+    try:
+        assert plain._engine._decode_step == plain._engine._decode_forward and plain._engine.prefill_budget == 1024
+    finally:
+        asyncio.run(plain.close())
+
+
+@pytest.mark.parametrize("rollout", [{}, {"name": "vllm", "urls": ["http://a:1"]}, {"engine_compile": True,
+                                                                                     "prefill_budget": 4096},
                                      {"name": "sglang", "launch": True, "launch_servers": 2, "launch_args": ["--tp", "2"]}])
 def test_rollout_configs_round_trip_through_their_dump(tmp_path, rollout):
     """config.json (the dump) loads again: defaults written out are not mistaken for options set."""

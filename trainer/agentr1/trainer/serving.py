@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentr1.core import resolve_model
 from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
@@ -121,7 +120,8 @@ def gateway_settings(cfg: JobConfig, *, model: Path | str, run_id: str, log_dir:
     return GatewaySettings(db=cfg.db, accept_any_model=True, default_run=run_id, model=str(model),
                            backend=rollout.name, backend_urls=list(rollout.urls), device=cfg.trainer.device,
                            served_model_name="policy" if local else None,
-                           max_batch_size=max(32, rollout.max_concurrency), **launch)
+                           max_batch_size=max(32, rollout.max_concurrency), engine_compile=rollout.engine_compile,
+                           prefill_budget=rollout.prefill_budget, **launch)
 
 
 def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_from: Path, *, run_id: str,
@@ -134,12 +134,10 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
     settings = gateway_settings(cfg, model=serve_from if local else model_path, run_id=run_id, log_dir=log_dir)
     backend = None
     if local:
-        from agentr1.gateway.backends import LocalBackend
+        from agentr1.gateway.backends.factory import local_backend
 
         separate = engine_in_process(settings.device) if engine_process is None else engine_process
-        backend = LocalBackend(resolve_model(settings.model), device=settings.device,
-                               max_batch_size=settings.max_batch_size, model_name=settings.served_model_name,
-                               policy_version=policy_version, engine_process=separate)
+        backend = local_backend(settings, policy_version=policy_version, engine_process=separate)
     return Serving(EmbeddedGateway(settings, store=store, backend=backend, owns_backend=True,
                                    policy_version=policy_version).start())
 

@@ -21,7 +21,7 @@ __all__ = ["LENGTH_STEP", "ROW_BUCKETS", "DecodeGraphs", "row_bucket"]
 log = logging.getLogger(__name__)
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
-LENGTH_STEP = 256
+LENGTH_STEP = 128
 
 
 def row_bucket(rows: int, limit: int) -> int:

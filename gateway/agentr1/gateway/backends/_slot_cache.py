@@ -15,8 +15,9 @@ engine) is used by the model as it is. Decode steps of ``B`` rows read the first
 place (views, nothing copied), which is what lets a CUDA graph replay them.
 
 :func:`use_grouped_decode_attention` registers an attention function that computes one-token
-queries of grouped-query models without repeating keys and values per query head; everything else
-goes to transformers' SDPA attention unchanged.
+queries of grouped-query models without repeating keys and values per query head (on a GPU as two
+batched matrix products, :func:`one_token_attention`); everything else goes to transformers' SDPA
+attention unchanged.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ATTENTION_NAME", "SlotCache", "attention_kernels", "use_grouped_decode_attention"]
+__all__ = ["ATTENTION_NAME", "SlotCache", "attention_kernels", "one_token_attention", "use_grouped_decode_attention"]
 
 ATTENTION_NAME = "agentr1_slots"
 
@@ -135,7 +136,12 @@ def _grouped_decode_attention(
 
     batch, q_heads, queries, dim = query.shape
     kv_heads = key.shape[1]
-    if queries != 1 or attention_mask is None or attention_mask.dim() != 4 or kv_heads == q_heads:
+    one_query = queries == 1 and attention_mask is not None and attention_mask.dim() == 4
+    if one_query and query.is_cuda and attention_mask.dtype == torch.bool:  # a GPU decode step (any head grouping)
+        grouped = query.reshape(batch, kv_heads, q_heads // kv_heads, dim)
+        out = one_token_attention(grouped, key, value, attention_mask, scaling)
+        return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
+    if not one_query or kv_heads == q_heads:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
@@ -143,6 +149,31 @@ def _grouped_decode_attention(
     grouped = query.reshape(batch, kv_heads, q_heads // kv_heads, dim)
     out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
     return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def one_token_attention(grouped: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                        scale: float | None) -> torch.Tensor:
+    """Attention of a few queries per key/value head (``grouped`` [B, kv_heads, g, d]) over ``key`` and
+    ``value`` [B, kv_heads, L, d] under a boolean ``mask`` [B, 1, 1, L] (True: attend), as two batched
+    matrix products: scores in float32 (cuBLAS accumulates and returns them in float32), a float32
+    softmax, probabilities cast to the values' dtype for the second product (as flash kernels do).
+
+    On the GPU this is what a decode step's attention is: SDPA's masked kernel tiles 64 queries where a
+    row has ``g`` (3 for SmolLM2) and ran at a quarter of the bandwidth the slot cache allows (H200
+    profile in docs/benchmarks.md). ``key``/``value`` may be views of the cache: merging their first two
+    dimensions needs no copy."""
+    batch, kv_heads, group, dim = grouped.shape
+    length = key.shape[2]
+    q = grouped.reshape(batch * kv_heads, group, dim)
+    k = key.reshape(batch * kv_heads, length, dim).transpose(1, 2)
+    v = value.reshape(batch * kv_heads, length, dim)
+    if q.dtype == torch.float32:
+        scores = torch.bmm(q, k)
+    else:
+        scores = torch.bmm(q, k, out_dtype=torch.float32)
+    scores = scores.view(batch, kv_heads, group, length) * (scale if scale is not None else dim**-0.5)
+    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).to(v.dtype)
+    return torch.bmm(probs.view(batch * kv_heads, group, length), v).view(batch, kv_heads, group, dim)
 
 
 def use_grouped_decode_attention(model: Any) -> bool:

@@ -4,14 +4,14 @@ EmbeddedGateway`: the trainer, ``agentr1 eval``) and the benchmarks all come her
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .base import Backend
 
 if TYPE_CHECKING:
     from agentr1.gateway.settings import GatewaySettings
 
-__all__ = ["build_backend"]
+__all__ = ["build_backend", "local_backend"]
 
 
 def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Backend:
@@ -28,11 +28,7 @@ def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Back
 
     urls = list(settings.backend_urls)
     if settings.backend == "local":
-        from .local import LocalBackend
-
-        return LocalBackend(resolve_model(settings.model), device=settings.device,
-                            max_batch_size=settings.max_batch_size, model_name=settings.served_model_name,
-                            policy_version=policy_version)
+        return local_backend(settings, policy_version=policy_version)
     if settings.backend == "litellm":
         from .litellm_backend import LiteLLMBackend
 
@@ -52,3 +48,16 @@ def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Back
 
     return VLLMBackend(urls, model_name=settings.served_model_name, tokenizer=tokenizer,
                        timeout=settings.request_timeout_s)
+
+
+def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_process: bool = False) -> Any:
+    """The embedded engine (:class:`~.local.LocalBackend`) on ``settings.model`` with the settings' engine
+    options, not started yet."""
+    from agentr1.core import resolve_model
+
+    from .local import LocalBackend
+
+    return LocalBackend(resolve_model(settings.model), device=settings.device, max_batch_size=settings.max_batch_size,
+                        model_name=settings.served_model_name, policy_version=policy_version,
+                        compile=settings.engine_compile, prefill_budget=settings.prefill_budget,
+                        engine_process=engine_process)

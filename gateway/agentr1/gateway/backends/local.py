@@ -102,6 +102,7 @@ class LocalBackend:
         exact: bool | None = None,
         cuda_graphs: bool = True,
         compile: bool = False,
+        prefill_budget: int | None = None,
         engine_process: bool = False,
     ) -> None:
         from transformers import AutoConfig
@@ -124,7 +125,7 @@ class LocalBackend:
         self.num_threads = num_threads  # CPU threads of the worker's torch ops (None: torch's default)
         self.engine_options: dict[str, Any] = {
             "prefix_cache": prefix_cache, "cache_bytes": cache_bytes, "exact": exact, "cuda_graphs": cuda_graphs,
-            "compile": compile,
+            "compile": compile, "prefill_budget": prefill_budget,
         }
         # engine_process: the engine runs in a child process of its own (_engine_process.py), the same
         # LocalBackend there on these arguments; this one queues, pauses and forwards
