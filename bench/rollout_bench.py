@@ -179,9 +179,11 @@ async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: 
             "thread_cpu_s": cpu_delta(cpu, thread_cpu())}, calls
 
 
-async def engine_only(recorder: Recorder, calls: list[tuple[Any, int, float]]) -> dict[str, Any]:
+async def engine_only(recorder: Recorder, calls: list[tuple[Any, int, float]], profile: bool = False
+                      ) -> dict[str, Any]:
     """The rollout's requests on the engine alone: each session's calls in order, all sessions at once
-    (through the backend's own ``generate``: not recorded)."""
+    (through the backend's own ``generate``: not recorded). ``profile``: under torch.profiler (host ops of
+    every thread and the device's kernels), its tables printed."""
     backend, generate = recorder.backend, recorder.generate
     sessions: dict[str, list[Any]] = {}
     for i, (request, length, _) in enumerate(calls):
@@ -192,9 +194,23 @@ async def engine_only(recorder: Recorder, calls: list[tuple[Any, int, float]]) -
     async def one(requests: list[Any]) -> int:
         return sum([len((await generate(r)).output_ids) for r in requests])
 
+    profiler = None
+    if profile:
+        from torch._C._profiler import _ExperimentalConfig
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        profiler = torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                 experimental_config=_ExperimentalConfig(profile_all_threads=True))
+        profiler.start()
     started = time.perf_counter()
     tokens = sum(await asyncio.gather(*(one(rs) for rs in sessions.values())))
     seconds = time.perf_counter() - started
+    if profiler is not None:
+        profiler.stop()
+        events = profiler.key_averages()
+        for key in ("self_cuda_time_total", "self_cpu_time_total"):
+            print(events.table(sort_by=key, row_limit=25, max_name_column_width=60), flush=True)
     after = engine_counters(backend)
     busy = after["busy_s"] - counters["busy_s"]
     return {"seconds": round(seconds, 3), "calls": len(calls), "tokens": tokens, "engine_busy_s": round(busy, 3),
@@ -253,7 +269,7 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
             pyspy = args.pyspy if k == args.repeat - 1 else None
             r, calls = await rollout(serving, recorder, runner, tasks, n=args.n, run_id=run_id, step=k + 1,
                                      pyspy=pyspy, gil=args.gil)
-            e = await engine_only(recorder, calls)
+            e = await engine_only(recorder, calls, profile=args.profile)
             pairs.append({"rollout": r, "engine_only": e, "ratio": round(r["tokens_per_s"] / e["tokens_per_s"], 3)})
     finally:
         serving.close()
@@ -315,6 +331,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4, help="chains: model calls per session (0: as the model goes)")
     parser.add_argument("--tokens", type=int, default=0, help="max tokens per call (0: the job's own, 64)")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--profile", action="store_true",
+                        help="torch.profiler over the engine-only replay (use with --modes thread), tables printed")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="more job overrides, e.g. actor_rollout_ref.rollout.engine_compile=true")
     parser.add_argument("--modes", default="eager,thread,process",

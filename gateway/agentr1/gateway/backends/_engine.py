@@ -36,7 +36,7 @@ from ._prefix import MIN_REUSE, PrefixIndex
 from ._rows import EngineStats, Row, Sink, end_token_ids, pad_token_id
 from ._sampling import Sampled, SamplingBatch, row_key, sample_batch, to_host
 from ._slot_cache import SlotCache, attention_kernels
-from .base import BackendError, GenerateResult, SamplingParams
+from .base import BackendError, GenerateResult
 
 __all__ = ["CHUNK", "BatchEngine", "EngineStats", "Row", "Sink", "end_token_ids", "pad_token_id"]
 
@@ -377,8 +377,7 @@ class BatchEngine:
             layout[row.slot] = row
         signature = tuple(id(r) for r in layout)
         if self._sampling is None or self._sampling[0] != signature:
-            greedy = SamplingParams(temperature=0.0)
-            params = [r.sampling if r is not None else greedy for r in layout]
+            params = [r.sampling if r is not None else None for r in layout]  # None: a padding row
             keys = [r.key if r is not None else 0 for r in layout]
             self._sampling = (signature, SamplingBatch(params, keys, self.device))
         return self._sampling[1]

@@ -71,18 +71,21 @@ class Sampled:
 
 
 class SamplingBatch:
-    """The per-row sampling parameters of a batch as device tensors (built once per batch shape)."""
+    """The per-row sampling parameters of a batch as device tensors (built once per batch shape). A row
+    whose parameters are None only pads the batch: nothing is computed for it, and it gets token 0."""
 
-    def __init__(self, params: Sequence[SamplingParams], keys: Sequence[int], device: torch.device) -> None:
+    def __init__(self, params: Sequence[SamplingParams | None], keys: Sequence[int], device: torch.device) -> None:
         self.size = len(params)
-        greedy = [is_greedy(p) for p in params]
-        self.all_greedy = all(greedy)
-        self.temperature = torch.tensor(
-            [1.0 if g else float(p.temperature) for g, p in zip(greedy, params, strict=True)], device=device
-        )
-        self.scaled = any(not g and p.temperature != 1.0 for g, p in zip(greedy, params, strict=True))
-        sampled = [i for i, g in enumerate(greedy) if not g]
+        drawing = {i: p for i, p in enumerate(params) if p is not None and not is_greedy(p)}
+        sampled = list(drawing)
+        self.temperature = torch.tensor([float(drawing[i].temperature) if i in drawing else 1.0
+                                         for i in range(self.size)], device=device)
+        self.scaled = any(p.temperature != 1.0 for p in drawing.values())
+        greedy_rows = [i for i, p in enumerate(params) if p is not None and i not in drawing]
+        self.greedy_rows = torch.tensor(greedy_rows, dtype=torch.long, device=device) if greedy_rows else None
+        self.all_greedy = len(greedy_rows) == self.size
         self.sampled_rows = torch.tensor(sampled, dtype=torch.long, device=device) if sampled else None
+        self.all_sampled = len(sampled) == self.size  # then the rows are used in place, not gathered
         self.rows, self.n_sampled, self.keys = sampled, len(sampled), list(keys)
         truncated = [j for j, i in enumerate(sampled) if params[i].top_p < 1.0 or params[i].top_k > 0]
         self.truncated = torch.tensor(truncated, dtype=torch.long, device=device) if truncated else None
@@ -94,7 +97,7 @@ class SamplingBatch:
             k > 0 and params[sampled[j]].top_p >= 1.0 for j, k in zip(truncated, top_k, strict=True)
         )
         self.max_top_k = max(top_k, default=0)
-        self.top_logprobs = [int(p.top_logprobs) for p in params]
+        self.top_logprobs = [int(p.top_logprobs) if p is not None else 0 for p in params]
         self.max_top_logprobs = max(self.top_logprobs, default=0)
 
 
@@ -155,19 +158,23 @@ def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int],
         rows, mask = allowed
         scaled = scaled.index_copy(0, rows, scaled.index_select(0, rows).masked_fill(~mask, float("-inf")))
     log_norm = torch.logsumexp(scaled, dim=-1)
-    if batch.n_sampled < batch.size:
+    if batch.all_greedy:
         chosen = scaled.argmax(dim=-1)
-    else:  # every row samples: nothing is greedy
+    else:  # padding rows keep token 0
         chosen = torch.zeros(batch.size, dtype=torch.long, device=scaled.device)
+        if batch.greedy_rows is not None:
+            chosen = chosen.index_copy(0, batch.greedy_rows, scaled.index_select(0, batch.greedy_rows).argmax(dim=-1))
     if batch.sampled_rows is not None:
-        x = scaled.index_select(0, batch.sampled_rows)
+        x = scaled if batch.all_sampled else scaled.index_select(0, batch.sampled_rows)
         if batch.truncated is not None:
-            x = _truncate(x, batch)
-        norm = torch.logsumexp(x, dim=-1) if batch.truncated is not None else log_norm[batch.sampled_rows]
+            x = _truncate(x, batch)  # out of place
+            norm = torch.logsumexp(x, dim=-1)
+        else:
+            norm = log_norm if batch.all_sampled else log_norm[batch.sampled_rows]
         cdf = torch.exp_(x - norm[:, None]).cumsum_(dim=-1)  # inverse-CDF sampling: one uniform per row
         target = (_uniforms(batch, steps, x.device) * cdf[:, -1])[:, None]
         drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_max_(x.shape[-1] - 1)
-        chosen = chosen.index_copy(0, batch.sampled_rows, drawn)
+        chosen = drawn if batch.all_sampled else chosen.index_copy(0, batch.sampled_rows, drawn)
     logprobs = scaled.gather(1, chosen[:, None]).squeeze(1) - log_norm
     out = SampledBatch(chosen, logprobs)
     if batch.max_top_logprobs:
