@@ -99,6 +99,65 @@ def check_prefix_reuse_is_exact(path: Any, device: str, *, bit_exact: bool) -> N
         assert prefilled <= 1.3 * len(final), (prefilled, len(final))
 
 
+def sessions_together(backend: LocalBackend, sessions: int, turns: int, **sampling: Any) -> list[list[GenerateResult]]:
+    """``sessions`` agent-like sessions at once, each ``turns`` calls that extend the previous prompt + output."""
+    tok = backend.tokenizer
+
+    async def one(k: int) -> list[GenerateResult]:
+        prompt = tok.encode(f"<|im_start|>system\nYou are agent {k} of {sessions}.<|im_end|>\n", add_special_tokens=False)
+        results = []
+        for turn in range(turns):
+            prompt = prompt + tok.encode(f"<|im_start|>user\nstep {turn}<|im_end|>\n<|im_start|>assistant\n",
+                                         add_special_tokens=False)
+            result = await backend.generate(GenerateRequest(prompt_ids=list(prompt), sampling=SamplingParams(
+                max_new_tokens=6 + (k + turn) % 7, seed=100 * k + turn, **sampling)))
+            results.append(result)
+            prompt = prompt + result.output_ids
+        return results
+
+    async def together() -> list[list[GenerateResult]]:
+        return await asyncio.gather(*(one(k) for k in range(sessions)))
+
+    return asyncio.run(together())
+
+
+def check_reuse_under_slot_pressure_is_exact(path: Any, device: str) -> None:
+    """More sessions than the batch holds, every slot taken by a running row or a cached prefix: prefixes move
+    and trade slots so that running rows stay at the bottom; what is sampled is what a run without reuse
+    samples, and the decode steps cover hardly more slots than they have rows. (Log-probabilities agree to
+    float noise, not bit for bit: concurrent sessions meet in decode batches of other sizes in the two runs,
+    and a matrix product's last bits depend on its row count; the engine before this check did the same.)"""
+    steps: list[tuple[int, int]] = []  # (running rows, slots the step covers)
+    reused_backend, plain_backend = start(path, device, max_batch_size=4), start(path, device, max_batch_size=4,
+                                                                                  prefix_cache=False)
+    engine = reused_backend._engine
+    assert engine is not None
+    decode = engine._decode
+
+    def counted() -> None:
+        if engine.rows:
+            steps.append((len(engine.rows), max(r.slot for r in engine.rows) + 1))
+        decode()
+
+    engine._decode = counted
+    try:  # agent sessions, then a second wave of sessions that continue none of the cached prompts
+        reused = sessions_together(reused_backend, 7, 4, temperature=1.0)
+        plain = sessions_together(plain_backend, 7, 4, temperature=1.0)
+        reused += sessions_together(reused_backend, 6, 2, temperature=0.0, top_logprobs=2)
+        plain += sessions_together(plain_backend, 6, 2, temperature=0.0, top_logprobs=2)
+        slots = engine.cache.slots
+    finally:
+        asyncio.run(reused_backend.close())
+        asyncio.run(plain_backend.close())
+    for session_reused, session_plain in zip(reused, plain, strict=True):
+        for a, b in zip(session_reused, session_plain, strict=True):
+            assert a.output_ids == b.output_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=TOLERANCE[device])
+    assert slots == 8 and sum(r.cached_tokens > 0 for s in reused for r in s[1:]) >= 18  # reuse under pressure
+    covered, running = sum(top for _, top in steps), sum(rows for rows, _ in steps)
+    assert covered <= 1.15 * running, f"decode steps covered {covered} slots for {running} running rows"
+
+
 def check_weight_sync_reaches_cached_prefixes(path: Any, other: Any, device: str) -> None:
     backend, fresh = start(path, device), start(other, device)
     try:
@@ -156,6 +215,10 @@ def test_logprobs_match_a_plain_forward(tiny_model_path):
 
 def test_prefix_reuse_changes_nothing_sampled_and_prefills_each_token_about_once(tiny_model_path):
     check_prefix_reuse_is_exact(tiny_model_path, DEVICE, bit_exact=DEVICE == "cpu")
+
+
+def test_prefixes_make_room_for_running_rows_and_change_nothing_sampled(tiny_model_path):
+    check_reuse_under_slot_pressure_is_exact(tiny_model_path, DEVICE)
 
 
 def test_weight_sync_drops_cached_prefixes_and_matches_a_fresh_engine(tiny_model_path, tmp_path):

@@ -244,8 +244,10 @@ class BatchEngine:
         return [s for s, r in enumerate(self.slot_rows) if r is None and s not in self.prefixes]
 
     def _claim_slot(self, row: Row) -> None:
-        """Give ``row`` the lowest free slot (running rows stay packed at the bottom, so a decode
-        step covers few idle slots) and copy in the longest cached prefix of its prompt."""
+        """Give ``row`` the lowest slot without a running row and copy in the longest cached prefix of its
+        prompt. Running rows stay packed at the bottom, since a decode step covers slots ``0..top``: when that
+        lowest slot holds an idle prefix, the prefix moves up (to the highest free slot, else over the least
+        recently used prefix, or it trades places with the prefix this row continues) instead of the row."""
         best, reuse = None, 0
         if self.prefix_cache:
             best, shared = self.prefixes.longest(row.prompt_ids)
@@ -254,16 +256,39 @@ class BatchEngine:
             if best is None or reuse < MIN_REUSE:
                 best, reuse = None, 0
         free = self._free_slots()
-        if free:
+        idle = self.prefixes.slots()  # least recently used first
+        slot = min(idle, default=free[0] if free else -1)
+        if free and free[0] < slot:
             slot = free[0]
-        else:  # evict the least recently used prefix (or take the matching one itself)
-            slot = best if best is not None else self.prefixes.slots()[0]
-            self.prefixes.remove(slot)
+        if slot in self.prefixes:  # an idle prefix sits in the lowest open slot
+            if free:  # it moves to the highest free slot (a row that continues it finds its keys in place)
+                self._move_prefix(slot, free[-1])
+                best = None if best == slot else best
+            elif best is not None and best != slot:  # the two prefixes trade places; the row consumes its own
+                self.cache.swap_prefixes(slot, best, max(reuse, len(self.prefixes.tokens(slot))))
+                self.prefixes.remove(best)
+                self.prefixes.add(best, self.prefixes.remove(slot) or [])
+                best = None  # its keys are in place now
+            elif best == slot:  # the row continues this prefix in place
+                self.prefixes.remove(slot)
+                best = None
+            elif idle[0] != slot:  # nothing to continue: it takes the least recently used prefix's place
+                self._move_prefix(slot, idle[0])
+            else:
+                self.prefixes.remove(slot)
         if best is not None and best != slot:
             self.cache.copy_prefix(best, slot, reuse)
             self.prefixes.touch(best)  # it stays cached: other rows may share it (a group, a retry)
         row.slot, row.cached = slot, reuse
         self.slot_rows[slot] = row
+
+    def _move_prefix(self, source: int, target: int) -> None:
+        """Copy the idle prefix at ``source`` to ``target`` (dropping what ``target`` held) and index it there;
+        ``source`` is left to a running row (its keys and values stay as they are)."""
+        tokens = self.prefixes.remove(source) or []
+        self.prefixes.remove(target)
+        self.cache.copy_prefix(source, target, len(tokens))
+        self.prefixes.add(target, tokens)
 
     def _release(self, row: Row, *, keep: bool) -> None:
         """Free ``row``'s slot; with ``keep``, its prompt's full chunks are cached as a prefix (in the

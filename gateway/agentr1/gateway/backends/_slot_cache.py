@@ -84,6 +84,13 @@ class SlotCache:
         self._all_keys[:, target, :, :length] = self._all_keys[:, source, :, :length]
         self._all_values[:, target, :, :length] = self._all_values[:, source, :, :length]
 
+    def swap_prefixes(self, a: int, b: int, length: int) -> None:
+        """Exchange the first ``length`` positions of slots ``a`` and ``b`` (all layers)."""
+        for cache in (self._all_keys, self._all_values):
+            held = cache[:, a, :, :length].clone()
+            cache[:, a, :, :length] = cache[:, b, :, :length]
+            cache[:, b, :, :length] = held
+
     def begin(
         self, write_slots: torch.Tensor, write_cols: torch.Tensor, kv_len: int, read_slots: torch.Tensor | None
     ) -> None:
