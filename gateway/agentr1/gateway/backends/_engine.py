@@ -257,9 +257,9 @@ class BatchEngine:
                 best, reuse = None, 0
         free = self._free_slots()
         idle = self.prefixes.slots()  # least recently used first
-        slot = min(idle, default=free[0] if free else -1)
-        if free and free[0] < slot:
-            slot = free[0]
+        if not free and not idle:  # _reserve sized the cache for every row: a bug if reached
+            raise RuntimeError("local engine: no KV cache slot left for a new row")
+        slot = min(free[:1] + idle)
         if slot in self.prefixes:  # an idle prefix sits in the lowest open slot
             if free:  # it moves to the highest free slot (a row that continues it finds its keys in place)
                 self._move_prefix(slot, free[-1])
