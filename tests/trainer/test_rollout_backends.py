@@ -188,7 +188,7 @@ def test_offline_training_serves_nothing(tmp_path):
 
 def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path):
     """rollout.engine_compile / prefill_budget -> the job's gateway settings -> the engine the trainer serves."""
-    from agentr1.gateway.backends.factory import local_backend
+    from agentr1.gateway.backends import local_backend
     from agentr1.trainer.serving import gateway_settings
 
     config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64})

@@ -134,7 +134,7 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
     settings = gateway_settings(cfg, model=serve_from if local else model_path, run_id=run_id, log_dir=log_dir)
     backend = None
     if local:
-        from agentr1.gateway.backends.factory import local_backend
+        from agentr1.gateway.backends import local_backend
 
         separate = engine_in_process(settings.device) if engine_process is None else engine_process
         backend = local_backend(settings, policy_version=policy_version, engine_process=separate)

@@ -23,7 +23,7 @@ from .base import (
     StreamDelta,
     TokenLogprob,
 )
-from .factory import build_backend
+from .factory import build_backend, local_backend
 
 if TYPE_CHECKING:
     from .launcher import LaunchError, LaunchSpec, SGLangLauncher, launch_servers, parse_command
@@ -58,6 +58,7 @@ __all__ = [
     "VLLMBackend",
     "build_backend",
     "launch_servers",
+    "local_backend",
     "parse_command",
 ]
 __getattr__ = lazy_exports(__name__, _LAZY)
