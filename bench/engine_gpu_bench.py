@@ -181,16 +181,12 @@ def profile_batch(backend: Any, prompts: list[list[int]], tokens: int, out: Path
     host and the device spend it (printed) and a gzipped Chrome trace beside ``out``."""
     import gzip
 
-    from torch._C._profiler import _ExperimentalConfig
-    from torch.profiler import ProfilerActivity, profile
+    from profiling import every_thread_profiler, print_tables
 
-    every_thread = _ExperimentalConfig(profile_all_threads=True)  # the engine's ops run on its worker thread
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], experimental_config=every_thread) as prof:
+    with every_thread_profiler() as prof:
         row = time_engine(backend, prompts, tokens)
-    events = prof.key_averages()
     record(out, {"profile": len(prompts), **row})
-    for key in ("self_cuda_time_total", "self_cpu_time_total"):  # each table ends with both totals
-        print(events.table(sort_by=key, row_limit=30, max_name_column_width=60), flush=True)
+    print_tables(prof)
     trace = out.parent / f"engine_trace_b{len(prompts)}.json"
     prof.export_chrome_trace(str(trace))
     with trace.open("rb") as f, gzip.open(f"{trace}.gz", "wb") as z:

@@ -196,21 +196,18 @@ async def engine_only(recorder: Recorder, calls: list[tuple[Any, int, float]], p
 
     profiler = None
     if profile:
-        from torch._C._profiler import _ExperimentalConfig
-        from torch.profiler import ProfilerActivity
-        from torch.profiler import profile as torch_profile
+        from profiling import every_thread_profiler
 
-        profiler = torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                                 experimental_config=_ExperimentalConfig(profile_all_threads=True))
+        profiler = every_thread_profiler()
         profiler.start()
     started = time.perf_counter()
     tokens = sum(await asyncio.gather(*(one(rs) for rs in sessions.values())))
     seconds = time.perf_counter() - started
     if profiler is not None:
         profiler.stop()
-        events = profiler.key_averages()
-        for key in ("self_cuda_time_total", "self_cpu_time_total"):
-            print(events.table(sort_by=key, row_limit=25, max_name_column_width=60), flush=True)
+        from profiling import print_tables
+
+        print_tables(profiler, rows=25)
     after = engine_counters(backend)
     busy = after["busy_s"] - counters["busy_s"]
     return {"seconds": round(seconds, 3), "calls": len(calls), "tokens": tokens, "engine_busy_s": round(busy, 3),
