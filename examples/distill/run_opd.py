@@ -30,7 +30,7 @@ RECIPE = Path(__file__).with_name("opd.yaml")
 
 
 def opd_config(work: Path, *, student: Path, teacher: Path, steps: int, batch: int, n: int, lr: float,
-               max_tokens: int, device: str, seed: int) -> Any:
+               max_tokens: int, device: str, seed: int, seeded: bool = False) -> Any:
     """``opd.yaml`` with this run's student, teacher, paths and sizes (fixed tasks, no validation set)."""
     from examples.distill.tasks import make_tasks
 
@@ -38,7 +38,7 @@ def opd_config(work: Path, *, student: Path, teacher: Path, steps: int, batch: i
 
     tasks_file = work / "tasks.jsonl"
     tasks_file.write_text("".join(json.dumps(t) + "\n" for t in make_tasks("train", steps * batch, seed,
-                                                                              max_tokens=max_tokens)))
+                                                                              max_tokens=max_tokens, seeded=seeded)))
     raw = load_yaml(RECIPE)
     raw["db"] = f"sqlite:///{work / 'traces.db'}"
     raw["data"] = {"train_files": [str(tasks_file)], "train_batch_size": batch, "shuffle": False}
@@ -53,9 +53,13 @@ def opd_config(work: Path, *, student: Path, teacher: Path, steps: int, batch: i
 
 def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: int = 6, batch: int = 8,
             n: int = 2, lr: float = 5e-5, max_tokens: int = 16, held_out_tokens: int = 24,
-            held_out: list[str] | None = None, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+            held_out: list[str] | None = None, device: str = "cpu", seed: int = 0,
+            seeded: bool = False) -> dict[str, Any]:
     """Run OPD in ``work``; returns the held-out measurements before and after each update and the
-    trainer's per-step metrics."""
+    trainer's per-step metrics. ``seeded``: every training task is sampled under a seed of its own, so
+    that the run is the same draw each time (then ``n`` must be 1: a task's samples would be one)."""
+    if seeded and n != 1:
+        raise ValueError(f"seeded sampling gives every sample of a task the same tokens: use n=1, not n={n}")
     import torch
     from examples.distill.tasks import HELD_OUT
     from transformers import AutoModelForCausalLM
@@ -70,7 +74,8 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
     reference = HeldOutAgreement(teacher_path, held_out or HELD_OUT, max_new_tokens=held_out_tokens)
     held = [{"step": 0, **reference.measure(student)}]
     trainer = Trainer(opd_config(work, student=student, teacher=teacher_path, steps=steps, batch=batch, n=n, lr=lr,
-                                 max_tokens=max_tokens, device=device, seed=seed), quiet=True)
+                                 max_tokens=max_tokens, device=device, seed=seed, seeded=seeded),
+                      quiet=True)
     trainer.setup()
     end_step = trainer.end_step
     probe = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).eval()  # gets the engine's weights
@@ -112,6 +117,7 @@ def main() -> None:
     parser.add_argument("--held-out-tokens", type=int, default=24, help="teacher continuation per held-out prompt")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeded", action="store_true", help="sample each task under a seed of its own (needs --n 1)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     for name in ("steps", "batch", "n", "max_tokens", "held_out_tokens"):
@@ -119,6 +125,8 @@ def main() -> None:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.lr <= 0 or args.noise <= 0:
         parser.error("--lr and --noise must be > 0")
+    if args.seeded and args.n != 1:
+        parser.error("--seeded needs --n 1 (a task's samples would all be the same draw)")
     options = {k: v for k, v in vars(args).items() if k != "json"}
     with tempfile.TemporaryDirectory(prefix="agentr1-opd-") as tmp:
         result = run_opd(Path(tmp), **options)

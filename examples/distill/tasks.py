@@ -14,10 +14,13 @@ HELD_OUT = ["Tell me about mountains.", "Describe a garden.", "What is a compute
             "What makes a good teacher?"]
 
 
-def make_tasks(split: str, n: int, seed: int, max_tokens: int = 16) -> list[dict]:
-    """``n`` one-sentence writing prompts cycling through ``TOPICS`` (``seed`` unused: fixed tasks)."""
+def make_tasks(split: str, n: int, seed: int, max_tokens: int = 16, seeded: bool = False) -> list[dict]:
+    """``n`` one-sentence writing prompts cycling through ``TOPICS`` (the same for every ``seed``). With
+    ``seeded`` every task also carries a sampling seed of its own (from ``seed`` and its index): a run is then
+    the same draw each time, and every sample of one task is the same sample (use one sample per task)."""
     return [{"id": f"{split}-{i}", "question": f"Write one sentence about {TOPICS[i % len(TOPICS)]}.",
-             "max_tokens": max_tokens} for i in range(n)]
+             "max_tokens": max_tokens, **({"sampling_seed": seed * 100_003 + i} if seeded else {})}
+            for i in range(n)]
 
 
 def answer(task: dict) -> str:
@@ -26,5 +29,5 @@ def answer(task: dict) -> str:
 
     reply = openai_client().chat.completions.create(
         model="policy", messages=[{"role": "user", "content": task["question"]}],
-        max_tokens=task.get("max_tokens", 16), temperature=1.0)
+        max_tokens=task.get("max_tokens", 16), temperature=1.0, seed=task.get("sampling_seed"))
     return reply.choices[0].message.content or ""

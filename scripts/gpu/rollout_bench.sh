@@ -4,8 +4,9 @@
 # (setsid: it outlives the call); each call waits up to WAIT_S seconds and copies the logs (run<i>.log: the
 # bench's table and JSON line) into $OUT.
 # Carry `.whl .tok` in the first call.
-#   bash scripts/gpu/rollout_bench.sh "" "actor_rollout_ref.rollout.engine_compile=true"
-# (one run per argument: its --set overrides; "" is the default engine). ROLLOUT_ARGS: the bench's own flags.
+#   bash scripts/gpu/rollout_bench.sh "" "--set actor_rollout_ref.rollout.engine_compile=true" "--job calculator"
+# (one run per argument: the bench's flags on top of ROLLOUT_ARGS, e.g. --set overrides or --job; "" runs
+# ROLLOUT_ARGS alone: the chains job on the default engine).
 set -uo pipefail
 source scripts/gpu/lib.sh
 gpu_collect > /dev/null || exit 1
@@ -18,7 +19,7 @@ if [ ! -f "$work/started" ]; then
   gpu_random_model /tmp/agentr1-rm > "$work/model.log" 2>&1
   i=0 script=""
   for settings in "$@"; do
-    script+="python3 bench/rollout_bench.py --device cuda --model /tmp/agentr1-rm ${ROLLOUT_ARGS:---sessions 128 --n 8 --turns 4 --repeat 1 --modes process} ${settings:+--set $settings} > $work/run$i.log 2>&1; "
+    script+="python3 bench/rollout_bench.py --device cuda --model /tmp/agentr1-rm ${ROLLOUT_ARGS:---sessions 128 --n 8 --turns 4 --repeat 1 --modes process} $settings > $work/run$i.log 2>&1; "
     i=$((i + 1))
   done
   setsid bash -c "$script touch $work/ended" < /dev/null > /dev/null 2>&1 &
