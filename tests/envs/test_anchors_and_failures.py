@@ -42,6 +42,27 @@ def test_the_calculator_names_its_intermediate_value_as_each_steps_anchor(gatewa
     assert [row.anchor_keys for row in rows] == [[a] for a in anchors]
 
 
+def test_a_reward_and_its_anchor_go_in_one_request_stored_whole_or_not_at_all(gateway):
+    from agentr1.sdk import GatewayError, areward, async_openai_client
+
+    async def go():
+        async with session(task_id="t") as active:
+            client = async_openai_client(max_retries=0)
+            await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+            await areward(0.5, name="env", step="last", source="environment", anchor="value=3")
+            with pytest.raises(GatewayError, match="404"):  # no step 7: neither the anchor nor the reward
+                await areward(1.0, name="env", step=7, source="environment", anchor="value=4")
+            with pytest.raises(ValueError, match="belongs to a step"):
+                await areward(1.0, anchor="value=5")
+            return active.id
+
+    with gateway(lambda prompt: "ok") as (_, store):
+        record = store.get_session(asyncio.run(go()))
+    assert sorted((r.name, r.value, r.step_index) for r in record.rewards) == [
+        ("anchor:value=3", 0.0, 0), ("env", 0.5, 0)]
+    assert env_anchor(record, record.steps[0]) == "env:value=3"
+
+
 def test_long_or_blank_anchor_texts():
     assert anchor_name("  a\n b ") == "anchor:a b"
     long = anchor_name("x" * 500)

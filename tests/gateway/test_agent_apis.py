@@ -276,6 +276,11 @@ def test_models_retrieval_and_chat_schema_checks(gateway):
         r = httpx.post(f"{url}/v1/chat/completions",
                        json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], **extra})
         assert r.status_code == 400, (extra, r.text)
+    for _ in range(2):  # each schema is checked once and remembered: the second answer is the same 400
+        r = httpx.post(f"{url}/v1/chat/completions",
+                       json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "tools": [bad_tool]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_tool_schema", r.text
+        assert "tools[0] (f): parameters are not a valid JSON Schema: 'x' is not of type 'array'" in r.text
 
 
 def test_a_forked_conversation_is_two_branches_with_the_right_parent(gateway):

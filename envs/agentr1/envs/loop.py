@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentr1.envs.base import AgentEnv, StepResult
-from agentr1.sdk import aanchor, areward, async_openai_client
+from agentr1.sdk import areward, async_openai_client
 
 
 @dataclass
@@ -65,12 +65,11 @@ class AgentEnvLoop:
             while episode.steps < self.max_steps and not episode.done:
                 state = self.env.anchor()  # the state the action is taken from (GiGPO), before the call
                 action = await self._act(client, observation)
-                if state is not None:
-                    await aanchor(state, step="last")
                 result = await self.env.step(action)
                 if not isinstance(result, StepResult):
                     raise TypeError(f"{type(self.env).__name__}.step must return a StepResult, got {result!r}")
-                await areward(float(result.reward), name="env", step="last", source="environment")
+                # the step's reward and its anchor in one request (one round trip and transaction, not two)
+                await areward(float(result.reward), name="env", step="last", source="environment", anchor=state)
                 episode.steps += 1
                 episode.rewards.append(float(result.reward))
                 episode.total_reward += float(result.reward)

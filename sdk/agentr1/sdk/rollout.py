@@ -169,22 +169,37 @@ def _learn_last_step(active: ActiveSession, trace: dict[str, Any]) -> None:
     active.last_step_stale = False
 
 
-def reward(value: float, *, name: str = "reward", step: int | str | None = None, source: str = "agent") -> None:
+def reward(value: float, *, name: str = "reward", step: int | str | None = None, source: str = "agent",
+           anchor: str | None = None) -> None:
     """Report a reward for the current session: the whole session (``step=None``), one step by
-    index, or ``step="last"`` for the newest step the gateway answered in this session."""
+    index, or ``step="last"`` for the newest step the gateway answered in this session.
+    ``anchor``: also record that text as the step's anchor state (:func:`agentr1.sdk.anchor`), in the
+    same request; both are stored or neither."""
     if (active := _stale(step)) is not None:
         _learn_last_step(active, request("GET", f"/sessions/{active.id}", active))
-    method, path, sess, body = _reward_call(value, name, step, source)
+    method, path, sess, body = _reward_with_anchor(value, name, step, source, anchor)
     request(method, path, sess, json=body)
 
 
 async def areward(value: float, *, name: str = "reward", step: int | str | None = None,
-                  source: str = "agent") -> None:
+                  source: str = "agent", anchor: str | None = None) -> None:
     """:func:`reward` for async code (does not block the event loop)."""
     if (active := _stale(step)) is not None:
         _learn_last_step(active, await arequest("GET", f"/sessions/{active.id}", active))
-    method, path, sess, body = _reward_call(value, name, step, source)
+    method, path, sess, body = _reward_with_anchor(value, name, step, source, anchor)
     await arequest(method, path, sess, json=body)
+
+
+def _reward_with_anchor(value: float, name: str, step: int | str | None, source: str,
+                        anchor: str | None) -> tuple[Any, ...]:
+    method, path, sess, body = _reward_call(value, name, step, source)
+    if anchor is None:
+        return method, path, sess, body
+    from agentr1.sdk.anchors import anchor_name  # (anchors builds on this module)
+
+    if step is None:
+        raise ValueError("an anchor belongs to a step: give step='last' or a step index")
+    return method, path, sess, [{**body, "value": 0.0, "name": anchor_name(anchor), "source": "environment"}, body]
 
 
 def _resolve(field: Field, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -272,4 +287,18 @@ def async_openai_client(**kwargs: Any) -> Any:
 
     active = _require()
     kwargs.setdefault("http_client", openai.DefaultAsyncHttpxClient(verify=shared_ssl_context()))
-    return openai.AsyncOpenAI(base_url=active.base_url, api_key=active.api_key, **kwargs)
+    client = openai.AsyncOpenAI(base_url=active.base_url, api_key=active.api_key, **kwargs)
+    if getattr(client, "_platform", False) is None:  # (an openai without it: nothing to do)
+        client._platform = _openai_platform()
+    return client
+
+
+@functools.lru_cache(maxsize=1)
+def _openai_platform() -> Any:
+    """What the openai client sends as its platform headers, found once per process. A new ``AsyncOpenAI``
+    looks it up at its first request on a worker thread (``asyncify(get_platform)``): with a client per
+    session, that thread hop was 13% of the agents' event loop in a 64-session rollout (py-spy, GIL
+    samples, ``bench/rollout_bench.py``)."""
+    from openai._base_client import get_platform
+
+    return get_platform()

@@ -13,7 +13,7 @@ from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.schemas import RewardCreate, SessionCreate, SessionFinish
-from agentr1.store import SessionNotRunning, UnknownSession, UnknownStep, session_with_images
+from agentr1.store import RewardRecord, SessionNotRunning, UnknownSession, UnknownStep, session_with_images
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -64,14 +64,14 @@ async def add_reward(session_id: str, body: RewardCreate | list[RewardCreate], r
     gw = _gw(request)
     rewards = body if isinstance(body, list) else [body]
     await gw.writer.flush()  # a reward for a step the gateway just answered must find it
-    for r in rewards:
-        try:
-            await asyncio.to_thread(gw.sessions.store.add_reward, session_id, r.value, name=r.name, step=r.step,
-                                    source=r.source)
-        except UnknownSession as exc:
-            raise APIError(404, str(exc), code="session_not_found") from exc
-        except UnknownStep as exc:
-            raise APIError(404, str(exc), code="step_not_found", param="step") from exc
+    records = [RewardRecord(session_id=session_id, value=r.value, name=r.name, step_index=r.step, source=r.source)
+               for r in rewards]
+    try:  # one transaction: a list is stored whole or not at all
+        await asyncio.to_thread(gw.sessions.store.add_rewards, records)
+    except UnknownSession as exc:
+        raise APIError(404, str(exc), code="session_not_found") from exc
+    except UnknownStep as exc:
+        raise APIError(404, str(exc), code="step_not_found", param="step") from exc
     return {"session_id": session_id, "added": len(rewards)}
 
 
