@@ -24,3 +24,17 @@ def token_reward(session, task) -> float:
     final action's tokens whose id is even."""
     ids = session.steps[-1].action_ids if session.steps else []
     return sum(i % 2 == 0 for i in ids) / max(1, len(ids))
+
+
+def solve_noting_the_process(task: dict) -> str:
+    """``solve``, leaving a file named after the task and this process's pid in $AGENTR1_TEST_PIDS (the
+    tests of ``agent.processes`` read where each session ran); a task whose id ends in "-exit" ends this
+    process instead (a worker that dies mid-session)."""
+    import os
+    from pathlib import Path
+
+    if task["id"].endswith("-exit"):
+        os._exit(3)
+    answer = solve(task)
+    (Path(os.environ["AGENTR1_TEST_PIDS"]) / f"{task['id']}.{os.getpid()}").touch()
+    return answer

@@ -8,7 +8,7 @@
 """
 
 from agentr1.sdk.anchors import ANCHOR_PREFIX, aanchor, anchor, anchor_name, anchor_of_reward_name
-from agentr1.sdk.client import configure, gateway_url
+from agentr1.sdk.client import configuration, configure, gateway_url
 from agentr1.sdk.context import ActiveSession, current_session
 from agentr1.sdk.errors import (
     AgentR1Error,
@@ -68,6 +68,7 @@ __all__ = [
     "areward",
     "async_openai_client",
     "base_url",
+    "configuration",
     "configure",
     "current_session",
     "failure_error_text",

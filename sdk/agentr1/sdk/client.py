@@ -55,6 +55,12 @@ def configure(gateway_url: str | None = None, *, admin_key: str | None = None, a
         _config["timeout_s"] = timeout_s
 
 
+def configuration() -> dict[str, Any]:
+    """What :func:`configure` set in this process, as its keyword arguments (to configure another process
+    the same way: ``configure(**configuration())``)."""
+    return dict(_config)
+
+
 def gateway_url() -> str:
     return str(_config.get("gateway_url") or os.environ.get("AGENTR1_GATEWAY_URL") or DEFAULT_GATEWAY).rstrip("/")
 

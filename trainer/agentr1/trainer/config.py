@@ -76,11 +76,17 @@ class AgentConfig(_Strict):
     # The gateway context policy of every rollout session (what the model sees, o_{t+1} = C(z_0..z_t)),
     # e.g. {"policy": "sliding_window", "keep_last_turns": 2}; None = the gateway's default.
     context: str | dict[str, Any] | None = None
+    # Worker processes that run the `entrypoint` agent's sessions (1: in the trainer's process). More keep
+    # the agents' Python off the GIL of the embedded gateway (agentr1.trainer.agent_processes).
+    processes: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _one_kind(self) -> AgentConfig:
         if (self.entrypoint is None) == (self.command is None):
             raise ValueError("agent needs exactly one of `entrypoint` (module:function) or `command`")
+        if self.processes > 1 and self.command is not None:
+            raise ValueError("agent.processes applies to `entrypoint` agents (a `command` runs in a process of "
+                             "its own already)")
         if self.context is not None:
             if self.command is not None:
                 raise ValueError("agent.context applies to `entrypoint` agents (the runner of a `command` "

@@ -89,9 +89,12 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
     try:
         with EmbeddedGateway(settings, store=store) as gateway:
             configure(gateway.url)
-            scored = await run_and_score(AgentRunner(job.agent), tasks, Scorer.for_job(job, store, run_id), n=n,
-                                         run_id=run_id, step=0,
-                                         max_concurrency=job.actor_rollout_ref.rollout.max_concurrency)
+            runner = AgentRunner(job.agent)
+            try:
+                scored = await run_and_score(runner, tasks, Scorer.for_job(job, store, run_id), n=n, run_id=run_id,
+                                             step=0, max_concurrency=job.actor_rollout_ref.rollout.max_concurrency)
+            finally:
+                runner.close()
     finally:
         store.close()
     return {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks),

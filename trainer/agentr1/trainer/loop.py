@@ -206,6 +206,8 @@ class Trainer:
         if plot is not None:
             log.info("curves: %s", plot)
         self.tracker.close()
+        if self.runner is not None:
+            self.runner.close()
         if self.serving is not None:
             self.serving.close()
         self.store.close()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentr1.sdk import areward, failure_kind, run_command, session
+from agentr1.trainer.agent_processes import AgentProcesses
 from agentr1.trainer.config import AgentConfig
 from agentr1.trainer.tasks import load_callable
 
@@ -46,6 +47,15 @@ class RolloutReport:
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)  # the first few, for the log
 
+    def merge(self, other: RolloutReport) -> None:
+        """Add ``other``'s sessions and counts (a session run elsewhere: ``agent.processes``)."""
+        self.sessions.extend(other.sessions)
+        self.unopened.extend(other.unopened)
+        self.finished += other.finished
+        self.failed += other.failed
+        self.timed_out += other.timed_out
+        self.errors.extend(other.errors[:max(0, 5 - len(self.errors))])
+
 
 class AgentRunner:
     """Runs the configured agent for one task inside the current session."""
@@ -56,9 +66,20 @@ class AgentRunner:
         # A decorated agent would open its own session; run the function it wraps instead.
         while self.fn is not None and hasattr(self.fn, "__wrapped__"):
             self.fn = self.fn.__wrapped__
+        self.workers: AgentProcesses | None = None
+        if config.processes > 1:  # started at the first session, when the SDK knows the gateway
+            self.workers = AgentProcesses(config.model_dump(), config.processes)
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (sessions still in flight there are cancelled)."""
+        if self.workers is not None:
+            self.workers.close()
 
     async def run(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int, step: int,
                   report: RolloutReport) -> None:
+        if self.workers is not None:
+            report.merge(await self.workers.run(task, run_id=run_id, group_id=group_id, sample=sample, step=step))
+            return
         timeout = self.config.timeout_s
         if self.config.command is not None:
             try:  # run_command opens the session first: an error before the command ran is that

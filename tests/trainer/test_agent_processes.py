@@ -1,0 +1,69 @@
+"""``agent.processes``: the agent's sessions run in spawned worker processes (off the GIL of the
+trainer's embedded gateway), through the same real gateway and store as in-process agents."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from agentr1.store import TraceStore
+from agentr1.trainer.config import AgentConfig, JobConfig
+from agentr1.trainer.evaluate import evaluate_checkpoint
+from agentr1.trainer.rollout import AgentRunner, collect
+
+
+def _pids(folder: Path) -> list[tuple[str, int]]:
+    """Where each session ran: the files ``solve_noting_the_process`` left, as (task id, pid)."""
+    return [(name, int(pid)) for name, _, pid in (p.name.rpartition(".") for p in folder.iterdir()) if pid.isdigit()]
+
+
+@pytest.mark.timeout(600)
+def test_an_evaluation_runs_its_sessions_in_two_worker_processes(tmp_path, tiny_model_path, monkeypatch):
+    monkeypatch.setenv("AGENTR1_TEST_PIDS", str(tmp_path))
+    job = JobConfig.model_validate({
+        "run_name": "ev", "db": f"sqlite:///{tmp_path / 'traces.db'}",
+        "agent": {"entrypoint": "e2e_agent:solve_noting_the_process", "timeout_s": 120, "processes": 2},
+        "data": {"generator": "e2e_agent:make_tasks", "train_size": 4, "val_size": 4},
+        "reward": {"functions": ["e2e_agent:token_reward"]},
+        "actor_rollout_ref": {"model": str(tiny_model_path), "rollout": {"max_concurrency": 8}},
+        "trainer": {"device": "cpu"},
+    })
+    result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
+    assert (result["tasks"], result["samples"], result["failed"]) == (4, 8, 0)
+    with TraceStore.open(job.db) as store:
+        sessions = [store.get_session(s.id) for s in store.list_sessions("ev-run")]
+    assert len(sessions) == 8 and all(s.status == "finished" and len(s.steps) == 2 for s in sessions)
+    assert all(s.reward is not None for s in sessions)
+    pids = {pid for name, pid in _pids(tmp_path) if name.startswith("val-")}
+    assert len(pids) == 2 and os.getpid() not in pids  # both workers took sessions; none ran here
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_that_dies_fails_its_session_and_is_replaced(tmp_path, scripted_gateway, monkeypatch):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    monkeypatch.setenv("AGENTR1_TEST_PIDS", str(pid_dir))
+    runner = AgentRunner(AgentConfig(entrypoint="e2e_agent:solve_noting_the_process", timeout_s=60, processes=2))
+    tasks = [{"id": "t-exit", "question": "?"}] + [{"id": f"t{i}", "question": "?"} for i in range(3)]
+    try:
+        with scripted_gateway(tmp_path / "traces.db", lambda prompt: "ok") as (_url, store):
+            first = asyncio.run(collect(runner, tasks[:1], n=1, run_id="r", step=1, max_concurrency=4))
+            second = asyncio.run(collect(runner, tasks[1:], n=2, run_id="r", step=2, max_concurrency=4))
+            stored = [store.get_session(s) for s in second.sessions]
+    finally:
+        runner.close()
+    assert (first.finished, first.failed) == (0, 1)
+    assert "agent worker process" in first.errors[0] and "exited (code 3)" in first.errors[0]
+    assert (second.finished, second.failed, len(second.sessions)) == (6, 0, 6)
+    assert all(s.status == "finished" and len(s.steps) == 2 for s in stored)
+    assert len({pid for _, pid in _pids(pid_dir)}) == 2 and "t-exit" not in {name for name, _ in _pids(pid_dir)}
+
+
+def test_agent_processes_are_for_entrypoint_agents():
+    with pytest.raises(ValueError, match="agent.processes applies to `entrypoint` agents"):
+        AgentConfig(command=["python", "agent.py"], processes=2)
+    with pytest.raises(ValueError):
+        AgentConfig(entrypoint="e2e_agent:solve", processes=0)
