@@ -361,18 +361,25 @@ class TraceStore:
         self.add_rewards([RewardRecord(session_id=session_id, value=value, name=name, step_index=step, source=source)])
 
     def add_rewards(self, rewards: Sequence[RewardRecord]) -> None:
+        """Store ``rewards`` in one transaction: all of them, or none if one names an unknown session or
+        step. Checked and inserted by id with Core statements, not ORM objects: the gateway adds a reward
+        (and its anchor) per environment step, and loading each session row was most of that cost."""
+        for r in rewards:
+            if r.source not in REWARD_SOURCES:
+                raise ValueError(f"reward source must be one of {REWARD_SOURCES}, got {r.source!r}")
+        if not rewards:
+            return
         with self._write() as db:
-            for r in rewards:
-                if r.source not in REWARD_SOURCES:
-                    raise ValueError(f"reward source must be one of {REWARD_SOURCES}, got {r.source!r}")
-                if db.get(SessionRow, r.session_id) is None:
-                    raise UnknownSession(r.session_id)
-                if r.step_index is not None and db.scalar(
-                    select(StepRow.id).where(StepRow.session_id == r.session_id, StepRow.index == r.step_index)
-                ) is None:
-                    raise UnknownStep(r.session_id, r.step_index)
-                db.add(RewardRow(session_id=r.session_id, value=float(r.value), name=r.name,
-                                 step_index=r.step_index, source=r.source))
+            for session_id in dict.fromkeys(r.session_id for r in rewards):
+                if db.scalar(select(SessionRow.id).where(SessionRow.id == session_id)) is None:
+                    raise UnknownSession(session_id)
+            for session_id, index in dict.fromkeys((r.session_id, r.step_index) for r in rewards
+                                                   if r.step_index is not None):
+                if db.scalar(select(StepRow.id).where(StepRow.session_id == session_id,
+                                                      StepRow.index == index)) is None:
+                    raise UnknownStep(session_id, index)
+            db.execute(insert(RewardRow), [{"session_id": r.session_id, "value": float(r.value), "name": r.name,
+                                            "step_index": r.step_index, "source": r.source} for r in rewards])
 
     # -- trainer reads -----------------------------------------------------------------------
 
