@@ -257,6 +257,8 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
         configure(serving.url)
         recorder = Recorder(serving.backend)
         runner = AgentRunner(cfg.agent)
+        if runner.workers is not None:  # agent.processes: their start is not the rollout's
+            runner.workers.wait_ready()
         tasks = bench_tasks(cfg, args)
         # warm-up: a few sessions through the whole path (first forwards, graph captures, client pools)
         await rollout(serving, recorder, runner, tasks[:2], n=min(args.n, 2), run_id=run_id, step=0, pyspy=None,
@@ -269,6 +271,8 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
             e = await engine_only(recorder, calls, profile=args.profile)
             pairs.append({"rollout": r, "engine_only": e, "ratio": round(r["tokens_per_s"] / e["tokens_per_s"], 3)})
     finally:
+        if "runner" in locals():
+            runner.close()
         serving.close()
     best = max(pairs, key=lambda p: p["ratio"])
     return {"mode": mode, "load_s": round(load_s, 1), "ratio": best["ratio"], "ratios": [p["ratio"] for p in pairs],

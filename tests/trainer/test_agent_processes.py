@@ -47,6 +47,8 @@ def test_a_worker_that_dies_fails_its_session_and_is_replaced(tmp_path, scripted
     pid_dir.mkdir()
     monkeypatch.setenv("AGENTR1_TEST_PIDS", str(pid_dir))
     runner = AgentRunner(AgentConfig(entrypoint="e2e_agent:solve_noting_the_process", timeout_s=60, processes=2))
+    assert runner.workers is not None
+    runner.workers.wait_ready()  # spawned when the runner is made, before the SDK knows the gateway below
     tasks = [{"id": "t-exit", "question": "?"}] + [{"id": f"t{i}", "question": "?"} for i in range(3)]
     try:
         with scripted_gateway(tmp_path / "traces.db", lambda prompt: "ok") as (_url, store):
@@ -63,7 +65,7 @@ def test_a_worker_that_dies_fails_its_session_and_is_replaced(tmp_path, scripted
 
 
 def test_agent_processes_are_for_entrypoint_agents():
-    with pytest.raises(ValueError, match="agent.processes applies to `entrypoint` agents"):
+    with pytest.raises(ValueError, match=r"agent\.processes applies to `entrypoint` agents"):
         AgentConfig(command=["python", "agent.py"], processes=2)
     with pytest.raises(ValueError):
         AgentConfig(entrypoint="e2e_agent:solve", processes=0)

@@ -11,9 +11,12 @@ trainer's.
 :class:`AgentProcesses` hands one session at a time to the worker with the fewest sessions in flight
 (each worker runs any number at once, as the trainer's own loop does) and returns that session's
 :class:`~agentr1.trainer.rollout.RolloutReport`. A worker that dies fails the sessions it had in flight
-(their error names the exit code) and is replaced on the next session. Workers are spawned, not forked:
-the trainer holds CUDA and threads. Each imports the agent's module itself, so the entrypoint must be
-importable by name (as it must be for ``agentr1 train`` anyway).
+(their error names the exit code) and is replaced on the next session. Workers are spawned, not forked
+(the trainer holds CUDA and threads), when the pool is made: their start (imports, ~1-2 s) is not paid
+inside the first rollout. Each imports the agent's module itself, so the entrypoint must be importable
+by name (as it must be for ``agentr1 train`` anyway); each session carries the SDK's configuration
+(:func:`agentr1.sdk.configuration`) of the moment it is sent, so a worker talks to the gateway the
+trainer configured even if that came after the pool was made.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class _Worker:
     conn: Connection
     in_flight: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = field(default_factory=dict)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
+    ready: threading.Event = field(default_factory=threading.Event)  # it has imported the agent
     dead: str | None = None  # why, once it is
 
 
@@ -53,13 +57,13 @@ class AgentProcesses:
         self.agent_config, self.processes = agent_config, processes
         self._jobs = itertools.count()
         self._lock = threading.Lock()
-        self._workers: list[_Worker] = []
         self._closed = False
+        self._workers = [self._start(i) for i in range(processes)]
 
     def _start(self, index: int) -> _Worker:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        process = context.Process(target=_worker_main, args=(child, self.agent_config, configuration()),
+        process = context.Process(target=_worker_main, args=(child, self.agent_config),
                                   name=f"agentr1-agents-{index}", daemon=True)
         process.start()
         child.close()
@@ -72,8 +76,6 @@ class AgentProcesses:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the agent processes were closed")
-            while len(self._workers) < self.processes:
-                self._workers.append(self._start(len(self._workers)))
             for i, worker in enumerate(self._workers):
                 if worker.dead is not None:
                     log.warning("agent worker %d %s: starting a new one", worker.index, worker.dead)
@@ -90,7 +92,7 @@ class AgentProcesses:
             worker.in_flight[job] = (loop, future)
         try:
             with worker.send_lock:
-                worker.conn.send((job, task, run_id, group_id, sample, step))
+                worker.conn.send((job, task, run_id, group_id, sample, step, configuration()))
         except (OSError, EOFError, ValueError) as exc:  # the pipe broke: the worker is gone
             self._fail(worker, f"could not take the session ({type(exc).__name__}: {exc})")
         return await future
@@ -104,6 +106,9 @@ class AgentProcesses:
                 worker.process.join(timeout=5)
                 self._fail(worker, f"exited (code {worker.process.exitcode})")
                 return
+            if job is None:  # the worker's greeting: the agent is imported, sessions start at once now
+                worker.ready.set()
+                continue
             with self._lock:
                 loop, future = worker.in_flight.pop(job, (None, None))
             if future is not None:
@@ -119,6 +124,12 @@ class AgentProcesses:
             error = f"agent worker process {worker.index} {worker.dead} with this session in flight"
             report = RolloutReport(failed=1, errors=[error])
             loop.call_soon_threadsafe(_settle, future, report, None)
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Block until every worker has started and imported the agent (a benchmark's clock starts after)."""
+        for worker in list(self._workers):
+            if not worker.ready.wait(timeout_s) and worker.dead is None:
+                raise TimeoutError(f"agent worker process {worker.index} did not start in {timeout_s:g} s")
 
     def close(self) -> None:
         """Stop the workers (their sessions in flight are cancelled)."""
@@ -143,15 +154,18 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result) if error is None else future.set_exception(error)
 
 
-def _worker_main(conn: Connection, agent_config: dict[str, Any], sdk_configuration: dict[str, Any]) -> None:
+def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
     """A worker: runs every session it is sent at once on its own event loop, answers each when it ends."""
     from agentr1.trainer.config import AgentConfig
     from agentr1.trainer.rollout import AgentRunner, RolloutReport
 
-    configure(**sdk_configuration)
     runner = AgentRunner(AgentConfig.model_validate({**agent_config, "processes": 1}))
+    conn.send((None, None))
 
-    async def one(job: int, task: dict[str, Any], run_id: str, group_id: str, sample: int, step: int) -> None:
+    async def one(job: int, task: dict[str, Any], run_id: str, group_id: str, sample: int, step: int,
+                  sdk_configuration: dict[str, Any]) -> None:
+        if sdk_configuration != configuration():  # the gateway the trainer's SDK points at, when it was sent
+            configure(**sdk_configuration)
         report = RolloutReport()
         try:
             await runner.run(task, run_id=run_id, group_id=group_id, sample=sample, step=step, report=report)

@@ -67,7 +67,7 @@ class AgentRunner:
         while self.fn is not None and hasattr(self.fn, "__wrapped__"):
             self.fn = self.fn.__wrapped__
         self.workers: AgentProcesses | None = None
-        if config.processes > 1:  # started at the first session, when the SDK knows the gateway
+        if config.processes > 1:
             self.workers = AgentProcesses(config.model_dump(), config.processes)
 
     def close(self) -> None:
