@@ -96,3 +96,21 @@ def test_many_processes_open_a_fresh_database_at_once(empty_db_url: str, spawn_p
         assert store.get_run("shared-run").n_steps == n
         with store.engine.connect() as conn:
             assert conn.execute(select(func.count()).select_from(VERSION_TABLE)).scalar() == 1
+
+
+def test_an_upgrade_from_empty_is_one_transaction_under_the_write_lock(tmp_path) -> None:
+    """Every migration of one upgrade commits together: Alembic reads the version once, so a commit between two
+    migrations let another process starting on the same fresh file run the next migration twice (CI, once)."""
+    from sqlalchemy import event
+
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    begins: list[object] = []
+    commits: list[int] = []
+    event.listen(engine, "begin", lambda conn: begins.append(conn.get_execution_options().get("sqlite_write")))
+    event.listen(engine, "commit", lambda conn: commits.append(1))
+    try:
+        migrate.upgrade(engine)
+        assert (begins, len(commits)) == ([True], 1)  # one IMMEDIATE transaction, one commit, 3 migrations in it
+        assert migrate.current_revision(engine) == migrate.head_revision()
+    finally:
+        engine.dispose()
