@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from agentr1.store import migrate as migrations
@@ -87,7 +86,7 @@ class TraceStore:
                         f"{current or 'empty'}, this agentr1 needs {head}; "
                         f"run `agentr1 traces migrate --db URL`"
                     )
-                _upgrade_alongside_others(engine, head)
+                migrations.upgrade(engine)
         except OperationalError as exc:
             engine.dispose()
             shown = engine.url.render_as_string(hide_password=True)  # never echo a password into logs
@@ -475,21 +474,3 @@ class TraceStore:
                 n_steps=len(step_rows[r.id]) if steps else counts.get(r.id, 0),
             ))
         return out
-
-
-def _upgrade_alongside_others(engine: Engine, head: str, attempts: int = 3) -> None:
-    """Migrate to ``head``; when the upgrade fails because another process migrated the same database at the same
-    moment (SQLite: "duplicate column name" in one of three processes opening a fresh file at once, a CI run on a
-    loaded machine; how the two upgrades overlapped under the write lock was not found), the database is read
-    again: at ``head`` is done, anything else is tried again, and the last failure is raised."""
-    for attempt in range(attempts):
-        try:
-            migrations.upgrade(engine)
-            return
-        except (OperationalError, ProgrammingError):
-            if migrations.current_revision(engine) == head:
-                return
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-
