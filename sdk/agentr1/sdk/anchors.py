@@ -43,7 +43,8 @@ def anchor_of_reward_name(name: str) -> str | None:
     return name[len(ANCHOR_PREFIX):] if name.startswith(ANCHOR_PREFIX) else None
 
 
-def _call(text: str, step: int | str) -> tuple[Any, ...]:
+def anchor_call(text: str, step: int | str | None) -> tuple[Any, ...]:
+    """The request (method, path, session, body) that records anchor ``text`` on ``step``."""
     if step is None:
         raise ValueError("an anchor belongs to a step: give step='last' or a step index")
     return _reward_call(0.0, anchor_name(text), step, "environment")
@@ -53,7 +54,7 @@ def anchor(text: str, *, step: int | str = "last") -> None:
     """Record ``text`` as the anchor state of a step of the current session (default: the newest)."""
     if (active := _stale(step)) is not None:  # after a streamed answer: learn the newest step index first
         _learn_last_step(active, request("GET", f"/sessions/{active.id}", active))
-    method, path, sess, body = _call(text, step)
+    method, path, sess, body = anchor_call(text, step)
     request(method, path, sess, json=body)
 
 
@@ -61,5 +62,5 @@ async def aanchor(text: str, *, step: int | str = "last") -> None:
     """:func:`anchor` for async code."""
     if (active := _stale(step)) is not None:
         _learn_last_step(active, await arequest("GET", f"/sessions/{active.id}", active))
-    method, path, sess, body = _call(text, step)
+    method, path, sess, body = anchor_call(text, step)
     await arequest(method, path, sess, json=body)

@@ -195,11 +195,9 @@ def _reward_with_anchor(value: float, name: str, step: int | str | None, source:
     method, path, sess, body = _reward_call(value, name, step, source)
     if anchor is None:
         return method, path, sess, body
-    from agentr1.sdk.anchors import anchor_name  # (anchors builds on this module)
+    from agentr1.sdk.anchors import anchor_call  # (anchors builds on this module)
 
-    if step is None:
-        raise ValueError("an anchor belongs to a step: give step='last' or a step index")
-    return method, path, sess, [{**body, "value": 0.0, "name": anchor_name(anchor), "source": "environment"}, body]
+    return method, path, sess, [anchor_call(anchor, step)[3], body]
 
 
 def _resolve(field: Field, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
