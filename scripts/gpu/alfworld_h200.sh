@@ -15,6 +15,6 @@ TRAIN_CFG=examples/alfworld/generated/train_gpu.yaml
 SFT_CFG=examples/alfworld/generated/sft.yaml
 DEMOS_FN=examples.alfworld.generated.sft_demos:demonstrations
 DEMOS=${DEMOS:-120} EPOCHS=${EPOCHS:-2} RL_STEPS=${RL_STEPS:-30} VAL=${VAL:-64}
-SWEEP=${SWEEP:-30 60 120 240}
+SWEEP=${SWEEP-30 60 120 240}
 source scripts/gpu/stages.sh
 stages_main "$@"

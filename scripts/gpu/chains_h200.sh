@@ -25,6 +25,6 @@ TRAIN_CFG=examples/chains/train_gpu.yaml
 SFT_CFG=examples/chains/sft.yaml
 DEMOS_FN=examples.chains.expert:demonstrations
 DEMOS=${DEMOS:-128} EPOCHS=${EPOCHS:-1} RL_STEPS=${RL_STEPS:-40} VAL=${VAL:-256}
-SWEEP=${SWEEP:-16 32 64 128}
+SWEEP=${SWEEP-16 32 64 128}
 source scripts/gpu/stages.sh
 stages_main "$@"

@@ -102,26 +102,12 @@ rl_eval() {
     || echo "no evaluation for $name seed $seed (eval.log)" >&2
 }
 
-# the complete checkpoints of a run, oldest first (none: nothing, and no error)
-last_checkpoints() {
-  local ck
-  for ck in "$1"/checkpoints/step_*; do
-    case $ck in *.partial) continue ;; esac  # a save in progress
-    [ -f "$ck/trainer_state.json" ] && echo "${ck##*step_} $ck"
-  done | sort -n | cut -d' ' -f2- || true
-}
-
 # keep the newest complete checkpoint of every run, only its hf/ unless KEEP_RESUME=1 (then its optimizer state
 # too, while more than MIN_FREE_GB are free); log memory, disk, load
 prune_and_monitor() {
-  local run ck free
+  local free
   while [ ! -f "$RUN/DONE" ]; do
-    for run in "$RL"/*/seed*; do
-      last_checkpoints "$run" | head -n -1 | while read -r ck; do rm -rf "$ck"; done
-    done
-    if [ "${KEEP_RESUME:-0}" = 0 ]; then  # (a complete checkpoint: its engine/ was written before it was renamed)
-      rm -rf "$RL"/*/seed*/checkpoints/step_*[0-9]/engine
-    fi
+    prune_checkpoints "$RL"/*/seed*  # (a complete checkpoint: its engine/ was written before it was renamed)
     free=$(df -BG --output=avail "$RUN" | tail -n1 | tr -dc 0-9)
     if [ "${free:-0}" -lt "${MIN_FREE_GB:-12}" ]; then  # the disk first: the runs lose `resume`, never their hf/
       echo "$(date +%T) only ${free} GB free: removing the optimizer state of every checkpoint" >> "$RUN/monitor.log"

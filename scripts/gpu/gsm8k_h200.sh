@@ -15,6 +15,6 @@ TRAIN_CFG=examples/gsm8k/tool_train_gpu.yaml
 SFT_CFG=examples/gsm8k/tool_sft.yaml
 DEMOS_FN=examples.gsm8k.expert:demonstrations
 DEMOS=${DEMOS:-2000} EPOCHS=${EPOCHS:-2} RL_STEPS=${RL_STEPS:-30} VAL=${VAL:-200}
-SWEEP=${SWEEP:-250 500 1000 2000}
+SWEEP=${SWEEP-250 500 1000 2000}
 source scripts/gpu/stages.sh
 stages_main "$@"

@@ -187,18 +187,19 @@ def test_offline_training_serves_nothing(tmp_path):
 
 
 def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path):
-    """rollout.engine_compile / prefill_budget -> the job's gateway settings -> the engine the trainer serves."""
+    """rollout.engine_compile / prefill_budget / cache_gb -> the job's gateway settings -> the engine the trainer
+    serves."""
     from agentr1.gateway.backends import local_backend
     from agentr1.trainer.serving import gateway_settings
 
-    config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64})
+    config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64, "cache_gb": 0.25})
     settings = gateway_settings(config, model=tiny_model_path, run_id="r")
-    assert (settings.engine_compile, settings.prefill_budget) == (True, 64)
+    assert (settings.engine_compile, settings.prefill_budget, settings.cache_gb) == (True, 64, 0.25)
     backend = local_backend(settings)
     backend.start_sync()
     try:
         engine = backend._engine
-        assert engine.prefill_budget == 64
+        assert engine.prefill_budget == 64 and engine.cache_bytes == 2**28
         assert engine._decode_step is not engine._decode_forward  # the compiled step (compiled at its first call)
     finally:
         asyncio.run(backend.close())
@@ -206,6 +207,7 @@ def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path
     plain.start_sync()
     try:
         assert plain._engine._decode_step == plain._engine._decode_forward and plain._engine.prefill_budget == 1024
+        assert plain._engine.cache_bytes == 2**30  # the CPU's default
     finally:
         asyncio.run(plain.close())
 

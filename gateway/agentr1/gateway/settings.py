@@ -46,6 +46,9 @@ class GatewaySettings(BaseSettings):
                                  "the first steps compile for 1.5-3.5 minutes). docs/benchmarks.md")
     prefill_budget: int | None = Field(None, ge=16, description="Local backend: prompt tokens per prefill forward "
                                        "(default 16,384 on a GPU, 1,024 on the CPU).")
+    cache_gb: float | None = Field(None, gt=0, description="Local backend: GiB for the KV cache (running rows and cached "
+                                   "prefixes; default a quarter of the GPU memory free at start, 1 GiB on the CPU). Set "
+                                   "it when several engines share one GPU: each default takes a quarter of what is left.")
     db: str = Field(default_factory=_default_db, description="Trace store URL or SQLite path (default: the "
                     "store's DEFAULT_DB, agentr1.db in the working directory).")
     host: str = Field("127.0.0.1", description="Address to listen on.")
