@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agentr1.sdk.failures import failure_kind_of_error
 from agentr1.store import TraceStore
 from agentr1.trainer.config import AgentConfig, JobConfig
 from agentr1.trainer.evaluate import evaluate_checkpoint
@@ -55,10 +56,14 @@ def test_a_worker_that_dies_fails_its_session_and_is_replaced(tmp_path, scripted
             first = asyncio.run(collect(runner, tasks[:1], n=1, run_id="r", step=1, max_concurrency=4))
             second = asyncio.run(collect(runner, tasks[1:], n=2, run_id="r", step=2, max_concurrency=4))
             stored = [store.get_session(s) for s in second.sessions]
+            died = [store.get_session(s.id) for s in store.list_sessions("r") if s.task_id == "t-exit"]
     finally:
         runner.close()
     assert (first.finished, first.failed) == (0, 1)
     assert "agent worker process" in first.errors[0] and "exited (code 3)" in first.errors[0]
+    # the session the worker had opened is in the store, failed, and the report names it
+    assert len(died) == 1 and first.sessions == [died[0].id] and died[0].status == "failed"
+    assert "exited (code 3)" in (died[0].error or "") and failure_kind_of_error(died[0].error) == "agent"
     assert (second.finished, second.failed, len(second.sessions)) == (6, 0, 6)
     assert all(s.status == "finished" and len(s.steps) == 2 for s in stored)
     assert len({pid for _, pid in _pids(pid_dir)}) == 2 and "t-exit" not in {name for name, _ in _pids(pid_dir)}

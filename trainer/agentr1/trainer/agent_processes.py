@@ -10,8 +10,10 @@ trainer's.
 
 :class:`AgentProcesses` hands one session at a time to the worker with the fewest sessions in flight
 (each worker runs any number at once, as the trainer's own loop does) and returns that session's
-:class:`~agentr1.trainer.rollout.RolloutReport`. A worker that dies fails the sessions it had in flight
-(their error names the exit code) and is replaced on the next session. Workers are spawned, not forked
+:class:`~agentr1.trainer.rollout.RolloutReport`. A worker tells the trainer each session as soon as the
+gateway opened it; a worker that dies fails the sessions it had in flight, in the report and in the
+store (finished as failed, kind ``agent``, through the gateway: their error names the exit code), and is
+replaced on the next session. Workers are spawned, not forked
 (the trainer holds CUDA and threads), when the pool is made: their start (imports, ~1-2 s) is not paid
 inside the first rollout. Each imports the agent's module itself, so the entrypoint must be importable
 by name (as it must be for ``agentr1 train`` anyway); each session carries the SDK's configuration
@@ -30,7 +32,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from agentr1.sdk import configuration, configure
+from agentr1.sdk import ActiveSession, configuration, configure, tagged_error
+from agentr1.sdk.client import finish_call, request
 
 log = logging.getLogger("agentr1.trainer.agents")
 
@@ -43,6 +46,7 @@ class _Worker:
     process: Any  # multiprocessing.Process (spawn context)
     conn: Connection
     in_flight: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = field(default_factory=dict)
+    opened: dict[int, ActiveSession] = field(default_factory=dict)  # the in-flight jobs' sessions, once open
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     ready: threading.Event = field(default_factory=threading.Event)  # it has imported the agent
     dead: str | None = None  # why, once it is
@@ -109,8 +113,14 @@ class AgentProcesses:
             if job is None:  # the worker's greeting: the agent is imported, sessions start at once now
                 worker.ready.set()
                 continue
+            if isinstance(report, ActiveSession):  # the job's session is open
+                with self._lock:
+                    if job in worker.in_flight:
+                        worker.opened[job] = report
+                continue
             with self._lock:
                 loop, future = worker.in_flight.pop(job, (None, None))
+                worker.opened.pop(job, None)
             if future is not None:
                 loop.call_soon_threadsafe(_settle, future, report, None)
 
@@ -120,9 +130,13 @@ class AgentProcesses:
         with self._lock:
             worker.dead = worker.dead or why
             pending, worker.in_flight = worker.in_flight, {}
-        for loop, future in pending.values():
+            opened, worker.opened = worker.opened, {}
+        for job, (loop, future) in pending.items():
             error = f"agent worker process {worker.index} {worker.dead} with this session in flight"
             report = RolloutReport(failed=1, errors=[error])
+            if (active := opened.get(job)) is not None:
+                report.sessions.append(active.id)
+                _finish_failed(active, error)
             loop.call_soon_threadsafe(_settle, future, report, None)
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
@@ -149,6 +163,15 @@ class AgentProcesses:
             worker.conn.close()
 
 
+def _finish_failed(active: ActiveSession, error: str) -> None:
+    """Record a dead worker's session as failed (the worker cannot): the gateway stores the outcome."""
+    method, path, session, body = finish_call(active, "failed", None, tagged_error("agent", error))
+    try:
+        request(method, path, session, json=body)
+    except Exception as exc:  # the session stays running in the store; the report still counts it failed
+        log.warning("could not mark session %s failed after its worker died: %s", active.id, exc)
+
+
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if not future.done():
         future.set_result(result) if error is None else future.set_exception(error)
@@ -168,7 +191,8 @@ def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
             configure(**sdk_configuration)
         report = RolloutReport()
         try:
-            await runner.run(task, run_id=run_id, group_id=group_id, sample=sample, step=step, report=report)
+            await runner.run(task, run_id=run_id, group_id=group_id, sample=sample, step=step, report=report,
+                             on_open=lambda active: conn.send((job, active)))
         except Exception as exc:  # (AgentRunner.run counts the agent's own errors: this is its own failing)
             report.failed += 1
             report.errors.append(f"agent worker: {type(exc).__name__}: {exc}")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentr1.sdk import areward, failure_kind, run_command, session
+from agentr1.sdk import ActiveSession, areward, failure_kind, run_command, session
 from agentr1.trainer.agent_processes import AgentProcesses
 from agentr1.trainer.config import AgentConfig
 from agentr1.trainer.tasks import load_callable
@@ -76,7 +76,10 @@ class AgentRunner:
             self.workers.close()
 
     async def run(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int, step: int,
-                  report: RolloutReport) -> None:
+                  report: RolloutReport, on_open: Callable[[ActiveSession], None] | None = None) -> None:
+        """One session of the agent on ``task``, counted into ``report``. ``on_open``: told the session as soon
+        as the gateway opened it (an entrypoint agent's; a worker process tells the trainer, which fails the
+        session in the store should the worker die)."""
         if self.workers is not None:
             report.merge(await self.workers.run(task, run_id=run_id, group_id=group_id, sample=sample, step=step))
             return
@@ -101,6 +104,8 @@ class AgentRunner:
                                new=True) as active:
                 opened = True
                 report.sessions.append(active.id)
+                if on_open is not None:
+                    on_open(active)
                 call = self.fn(task) if inspect.iscoroutinefunction(self.fn) else asyncio.to_thread(self.fn, task)
                 result = await asyncio.wait_for(call, timeout)
                 if isinstance(result, int | float) and not isinstance(result, bool):
