@@ -16,6 +16,7 @@ keeps prompts short on CPU. Older turns drop out, so each step is a fresh render
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,14 @@ class AlfworldEnv(AgentEnv):
             last = i == len(window) - 1
             messages += [action, {"role": "user", "content": f"{answer}\n\n{admissible}" if last else answer}]
         return messages
+
+    def anchor(self) -> str | None:
+        """GiGPO's state: the game's facts (where the agent is, what it holds, what is open, hot, clean, ...)
+        hashed. Episodes of one game in the same state share it, whatever commands led there (an invalid
+        command leaves it as it was); the prompt cannot serve, as its window of recent turns differs."""
+        if self.game is None:
+            return None
+        return "alfworld-state " + hashlib.sha256(repr(sorted(self.game.facts)).encode()).hexdigest()[:16]
 
     async def step(self, action: dict[str, Any]) -> StepResult:
         if self.game is None:

@@ -145,6 +145,27 @@ def test_env_rewards_context_and_bad_input():
         asyncio.run(AlfworldEnv({"id": "x"}, gamefile=GAMES[0]["gamefile"]).step({"content": "look"}))
 
 
+def test_the_anchor_is_the_game_state_not_the_path_to_it():
+    """GiGPO's anchor: equal for two episodes in the same state reached by other commands, unchanged by an
+    invalid command, different once the state changes."""
+    async def anchors(commands: list[str]) -> list[str | None]:
+        env = AlfworldEnv({"id": "t"}, gamefile=HEAT)
+        seen = [env.anchor()]
+        await env.reset()
+        seen.append(env.anchor())
+        for command in commands:
+            await env.step({"role": "assistant", "content": command})
+            seen.append(env.anchor())
+        return seen
+
+    direct = asyncio.run(anchors(["go to fridge 1", "open fridge 1"]))
+    detour = asyncio.run(anchors(["go to garbagecan 1", "dance", "go to fridge 1", "open fridge 1"]))
+    assert direct[0] is None and direct[1] == detour[1]  # none before the game; one start state
+    assert detour[2] != detour[1] and detour[3] == detour[2]  # moved; an invalid command changes nothing
+    assert direct[2] == detour[4] and direct[3] == detour[5]  # at the fridge, then with it open: by either path
+    assert len(set(direct)) == 4
+
+
 def test_rows_and_registry():
     from agentr1.envs import resolve
 
