@@ -2,7 +2,7 @@
 viewer's browser tests drive it).
 
 Usage: python scripts/viewer_screenshot.py URL OUT.png [URL OUT.png ...] [--width 1360] [--max-height 4000]
-Each page is loaded until the viewer says it is ready, then saved down to the end of its content (at most
+Each page is loaded until the viewer says it is ready and nothing more loads, then saved down to the end of its content (at most
 --max-height pixels: a long session is cut there, with its first steps shown).
 """
 
@@ -31,6 +31,7 @@ def main() -> None:
         for url, out in zip(args.pairs[::2], args.pairs[1::2], strict=True):
             page.goto(url)
             page.wait_for_selector('#app[data-ready="true"]')
+            page.wait_for_load_state("networkidle")  # parts that load after the page (a session's training rows)
             error = page.query_selector("#app > .error")
             if error is not None:
                 raise SystemExit(f"{url}: the viewer says {error.inner_text()!r}")
