@@ -4,7 +4,8 @@
 # tests/recipes/test_alfworld_gen.py). Demonstrations: the searching planner expert on DEMOS training games.
 # Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh fetches it; carry it over several calls).
 #
-#   scripts/gpu/alfworld_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (scripts/gpu/stages.sh)
+#   scripts/gpu/alfworld_h200.sh start | watch | collect        (all stages in the background: scripts/gpu/stages.sh)
+#   scripts/gpu/alfworld_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (one at a time)
 #
 # DEMOS sets how competent SFT leaves the policy (aim: 20-50% held-out, so RL has room). Measured on the H200
 # (2026-12-03, docs/results.md): 30 / 60 / 120 / 240 games -> 10.9 / 14.1 / 39.1 / 76.6% (seed 1); 120 over seeds

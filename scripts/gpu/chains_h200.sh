@@ -6,7 +6,8 @@
 # operation, then the result; examples/chains/expert.py), DEMOS training chains from a seed of their own.
 # Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh fetches it; carry it over several calls).
 #
-#   scripts/gpu/chains_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (scripts/gpu/stages.sh)
+#   scripts/gpu/chains_h200.sh start | watch | collect        (all stages in the background: scripts/gpu/stages.sh)
+#   scripts/gpu/chains_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (one at a time)
 #
 # Order: `sweep` first (SFT on 16/32/64/128 demonstrations, seed 1, each on the held-out chains) and set DEMOS to
 # the budget where SFT is partly competent (20-50%); then base, demos, and `sft N` + `rl N` per seed; summary, plot.

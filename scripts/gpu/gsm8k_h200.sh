@@ -5,7 +5,8 @@
 # annotation replayed as a calculator call (examples/gsm8k/expert.py), DEMOS training problems.
 # Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh fetches it; carry it over several calls).
 #
-#   scripts/gpu/gsm8k_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (scripts/gpu/stages.sh)
+#   scripts/gpu/gsm8k_h200.sh start | watch | collect        (all stages in the background: scripts/gpu/stages.sh)
+#   scripts/gpu/gsm8k_h200.sh sweep | base | demos | sft SEED | rl SEED | all | summary | plot   (one at a time)
 #
 # Report the tool-call rate with the success (summary.json has both); claim a gain only outside the seeds' spread.
 set -euo pipefail
