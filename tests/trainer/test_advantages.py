@@ -131,6 +131,25 @@ def test_grpo_by_hand_every_step_gets_the_trajectory_advantage():
     assert len({tuple(r.advantages) for r in rows if r.session_id == "a"}) == 1
 
 
+def test_an_advantage_floor_raises_what_is_below_it_and_only_on_action_tokens():
+    """``advantage_floor`` 0.0 keeps what beat the group's baseline and zeroes the rest (rejection
+    sampling on-policy); a negative floor clips; None leaves the estimator's values."""
+    sessions = [trajectory("a", "g", [0.0, 0.0], outcome=1.0), trajectory("b", "g", [0.0, 0.0], outcome=0.0),
+                trajectory("c", "g", [0.0], outcome=0.0)]
+    plain = rows_of(sessions)
+    compute_advantages(plain, AdvantageConfig("grpo"))
+    floored = rows_of(sessions)
+    metrics = compute_advantages(floored, AdvantageConfig("grpo", advantage_floor=0.0))
+    clipped = rows_of(sessions)
+    compute_advantages(clipped, AdvantageConfig("grpo", advantage_floor=-0.3))
+    before, after, clip = per_token(plain), per_token(floored), per_token(clipped)  # (also: 0 off action tokens)
+    assert before[("a", 0, 0)] > 0 > -0.3 > before[("b", 0, 0)] == before[("c", 0, 0)]
+    assert all(after[k] == (v if v > 0 else 0.0) for k, v in before.items())
+    assert all(clip[k] == max(v, -0.3) for k, v in before.items())
+    assert metrics["adv/floored_tokens"] == sum(v < 0 for v in before.values()) == 6  # b's 4 tokens, c's 2
+    assert metrics["adv/mean"] == pytest.approx(sum(before.values()) / len(before))  # reported as estimated
+
+
 def test_rloo_by_hand():
     rows = rows_of([trajectory("a", "g", [0.0, 1.0]), trajectory("b", "g", [0.0]),
                     trajectory("c", "g", [0.25, 0.25])])
@@ -365,3 +384,12 @@ def test_bad_inputs_fail_clearly():
     rows[0].response_mask = [0, 1]
     with pytest.raises(ValueError, match="not an action token"):
         compute_advantages(rows, AdvantageConfig("grpo"))
+
+
+def test_the_job_configs_advantage_floor_reaches_the_estimator():
+    from agentr1.trainer.config import JobConfig
+    from agentr1.trainer.loop import advantage_config
+
+    job = JobConfig.model_validate({"offline": {"db": "sqlite:///x.db"}, "algorithm": {"advantage_floor": 0.0}})
+    assert advantage_config(job).advantage_floor == 0.0
+    assert advantage_config(JobConfig.model_validate({"offline": {"db": "sqlite:///x.db"}})).advantage_floor is None

@@ -212,6 +212,9 @@ class AlgorithmConfig(_Strict):
     lam: float = 1.0
     norm_adv_by_std_in_grpo: bool = True
     gigpo_step_weight: float = 1.0
+    # raise advantages below this to it (0.0: learn only from samples that beat their group; with
+    # actor.skip_zero_advantage the others leave the update). None: as the estimator gives them
+    advantage_floor: float | None = None
     layout: Layout = DEFAULT_LAYOUT
     # a task group with a failed member (agentr1.trainer.groups): drop it, or run the missing samples again
     incomplete_groups: Literal["drop", "resample"] = "drop"

@@ -246,4 +246,4 @@ def advantage_config(cfg: JobConfig) -> AdvantageConfig:
     algo = cfg.algorithm
     return AdvantageConfig(adv_estimator=algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
                            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-                           step_advantage_w=algo.gigpo_step_weight)
+                           step_advantage_w=algo.gigpo_step_weight, advantage_floor=algo.advantage_floor)

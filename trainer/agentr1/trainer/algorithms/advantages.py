@@ -34,8 +34,13 @@ def compute_advantages(rows: list[TrainRow], config: AdvantageConfig | None = No
         advantages, returns = advantages.double() * mask, returns.double() * mask
         _check_finite(f"advantages from {spec.name!r}", advantages)
         _check_finite(f"returns from {spec.name!r}", returns)
-    scatter_advantages(rows, batch, advantages, returns)
     metrics = _metrics(batch, advantages)
+    if cfg.advantage_floor is not None:
+        mask = batch.response_mask > 0
+        floored = mask & (advantages < cfg.advantage_floor)
+        metrics["adv/floored_tokens"] = float(floored.sum())
+        advantages = torch.where(floored, torch.full_like(advantages, cfg.advantage_floor), advantages)
+    scatter_advantages(rows, batch, advantages, returns)
     if spec.metrics is not None:
         metrics.update(spec.metrics(batch))
     return metrics

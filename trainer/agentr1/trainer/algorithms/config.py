@@ -17,6 +17,9 @@ class AdvantageConfig:
     epsilon: float = 1e-6  # added to group std before dividing
     step_advantage_w: float = 1.0  # GiGPO: weight of the step-level (anchor group) advantage
     steppo_norm_adv: bool = True  # StepPO: whiten step advantages over the steps of the batch
+    # advantages below it are raised to it after the estimator (None: as estimated). 0.0 learns only from what
+    # beat its baseline (on-policy rejection sampling, as RAFT / ReST): no push away from failed samples
+    advantage_floor: float | None = None
 
     def algo_config(self) -> Any:
         """verl's ``AlgoConfig`` with these values (verl is imported lazily: it takes seconds)."""
