@@ -21,7 +21,7 @@ from agentr1.sdk.client import (
 )
 from agentr1.sdk.context import ActiveSession, current_session, reset_current, set_current
 from agentr1.sdk.errors import GatewayConnectionError, NoActiveSession, SessionAlreadyFinished
-from agentr1.sdk.failures import failure_error_text
+from agentr1.sdk.failures import failure_error_text, tagged_error
 
 log = logging.getLogger("agentr1.sdk")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -167,6 +167,13 @@ def _learn_last_step(active: ActiveSession, trace: dict[str, Any]) -> None:
     indices = [s["index"] for s in trace.get("steps") or []]
     active.last_step = max(indices) if indices else active.last_step
     active.last_step_stale = False
+
+
+def fail_session(active: ActiveSession, kind: str, text: str) -> None:
+    """Finish ``active`` as failed, its error of failure ``kind`` (:data:`FAILURE_KINDS`), from outside the code
+    that ran it: a supervisor whose worker process died with the session open (``agent.processes``)."""
+    method, path, sess, body = finish_call(active, "failed", None, tagged_error(kind, text))
+    request(method, path, sess, json=body)
 
 
 def reward(value: float, *, name: str = "reward", step: int | str | None = None, source: str = "agent",

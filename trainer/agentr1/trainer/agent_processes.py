@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from agentr1.sdk import ActiveSession, configuration, configure, tagged_error
-from agentr1.sdk.client import finish_call, request
+from agentr1.sdk import ActiveSession, configuration, configure, fail_session
 
 log = logging.getLogger("agentr1.trainer.agents")
 
@@ -165,9 +164,8 @@ class AgentProcesses:
 
 def _finish_failed(active: ActiveSession, error: str) -> None:
     """Record a dead worker's session as failed (the worker cannot): the gateway stores the outcome."""
-    method, path, session, body = finish_call(active, "failed", None, tagged_error("agent", error))
     try:
-        request(method, path, session, json=body)
+        fail_session(active, "agent", error)
     except Exception as exc:  # the session stays running in the store; the report still counts it failed
         log.warning("could not mark session %s failed after its worker died: %s", active.id, exc)
 
