@@ -252,6 +252,36 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
         assert {s.steps[0].action["content"] for s in sessions} <= {d.actions[0]["content"] for d in demos}
 
 
+def test_the_outcome_alone_through_data_generator_kwargs():
+    """``data.generator_kwargs={invalid_penalty: 0}`` on the command line reaches the environment: an
+    inadmissible reply then earns 0 instead of -0.1, and the game is the same game."""
+    from examples.alfworld.generated.data import __file__ as data_file
+
+    from agentr1.envs import resolve
+    from agentr1.trainer.config import JobConfig
+    from agentr1.trainer.tasks import load_tasks
+
+    path = Path(data_file).parent / "train_gpu.yaml"
+    default = load_tasks(JobConfig.from_yaml(path, ["data.val_size=2"]).data, "val")
+    job = JobConfig.from_yaml(path, ["data.val_size=2", "data.generator_kwargs={invalid_penalty: 0}"])
+    rows = load_tasks(job.data, "val")
+    assert [r["id"] for r in rows] == [r["id"] for r in default]
+    assert rows[0]["env_kwargs"]["invalid_penalty"] == 0.0 and "invalid_penalty" not in default[0]["env_kwargs"]
+
+    async def invalid_reply(row) -> float:
+        kwargs = {k: v for k, v in row["env_kwargs"].items() if k not in ("max_steps", "sampling")}
+        env = resolve(row["agent_name"])(row, **kwargs)
+        await env.reset()
+        return (await env.step({"role": "assistant", "content": "fly to the moon"})).reward
+
+    assert (asyncio.run(invalid_reply(rows[0])), asyncio.run(invalid_reply(default[0]))) == (0.0, -0.1)
+    with pytest.raises(ValueError, match="a number >= 0"):
+        make_tasks("val", 1, VAL_SEED, invalid_penalty=-1)
+    bad = JobConfig.from_yaml(path, ["data.generator_kwargs={penalty: 0}"])
+    with pytest.raises(ValueError, match=r"cannot be called as .*unexpected keyword argument 'penalty'"):
+        load_tasks(bad.data, "val")
+
+
 @pytest.mark.parametrize(("config", "held_out"), [("train.yaml", 16), ("train_gpu.yaml", 64)])
 def test_the_configs_load_and_evaluate_on_held_out_games(config, held_out):
     from examples.alfworld.generated.data import __file__ as data_file

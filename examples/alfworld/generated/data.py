@@ -42,19 +42,27 @@ def generated_games(split: str, seed: int, size: str = "small") -> Iterator[Gene
         yield game
 
 
-def game_row(game: GeneratedGame, *, max_steps: int = MAX_STEPS, sampling: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One Agent-R1 row; the id is the game's fingerprint (the same game has the same id everywhere)."""
+def game_row(game: GeneratedGame, *, max_steps: int = MAX_STEPS, sampling: dict[str, Any] | None = None,
+             invalid_penalty: float | None = None) -> dict[str, Any]:
+    """One Agent-R1 row; the id is the game's fingerprint (the same game has the same id everywhere).
+    ``invalid_penalty``: the environment's reward for a reply that is not an admissible command (None: its
+    default, -0.1 a step; 0: the outcome alone)."""
+    env_kwargs = {"game_seed": game.seed, "task_type": game.goal.task_type, "size": game.size,
+                  "fingerprint": game.fingerprint, "max_steps": max_steps, "sampling": dict(sampling or SAMPLING)}
+    if invalid_penalty is not None:
+        env_kwargs["invalid_penalty"] = float(invalid_penalty)
     return {"id": f"alfgen-{game.fingerprint[:16]}", "data_source": "alfworld_generated", "agent_name": ENV,
             "task_type": game.goal.task_type, "split": game.split,
-            "prompt": [{"role": "user", "content": f"Your task is to: {game.task}"}],
-            "env_kwargs": {"game_seed": game.seed, "task_type": game.goal.task_type, "size": game.size,
-                           "fingerprint": game.fingerprint, "max_steps": max_steps,
-                           "sampling": dict(sampling or SAMPLING)}}
+            "prompt": [{"role": "user", "content": f"Your task is to: {game.task}"}], "env_kwargs": env_kwargs}
 
 
-def make_tasks(split: str, n: int, seed: int, size: str = "small") -> list[dict[str, Any]]:
-    """``n`` rows of ``split`` ("train" or "val"), generated from data seed ``seed``."""
+def make_tasks(split: str, n: int, seed: int, size: str = "small",
+               invalid_penalty: float | None = None) -> list[dict[str, Any]]:
+    """``n`` rows of ``split`` ("train" or "val"), generated from data seed ``seed``; ``size`` and
+    ``invalid_penalty`` (see :func:`game_row`) come from ``data.generator_kwargs``."""
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
+    if invalid_penalty is not None and (not isinstance(invalid_penalty, int | float) or invalid_penalty < 0):
+        raise ValueError(f"invalid_penalty must be a number >= 0 (a penalty, subtracted), got {invalid_penalty!r}")
     games = generated_games(split, seed, size)
-    return [game_row(next(games)) for _ in range(n)]
+    return [game_row(next(games), invalid_penalty=invalid_penalty) for _ in range(n)]

@@ -99,11 +99,12 @@ class AgentConfig(_Strict):
 
 class DataConfig(_Strict):
     """Tasks: JSONL/parquet files (one task per row; Agent-R1 rows with `prompt`, `agent_name`,
-    `reward_model`, `env_kwargs` work too), or a generator ``module:function(split, n, seed)``."""
+    `reward_model`, `env_kwargs` work too), or a generator ``module:function(split, n, seed, **generator_kwargs)``."""
 
     train_files: list[str] = Field(default_factory=list)
     val_files: list[str] = Field(default_factory=list)
     generator: str | None = None
+    generator_kwargs: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of every generator call
     train_size: int = 1000  # tasks a generator makes for training
     val_size: int = 50
     train_batch_size: int = 8  # tasks per training step (verl's data.train_batch_size)

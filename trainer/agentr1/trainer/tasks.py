@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 from collections.abc import Iterator
@@ -46,7 +47,13 @@ def load_tasks(config: DataConfig, split: str) -> list[dict[str, Any]]:
     elif config.generator:
         size = config.train_size if split == "train" else config.val_size
         seed = config.seed + (0 if split == "train" else 1_000_003)
-        rows = list(load_callable(config.generator)(split, size, seed))
+        generator = load_callable(config.generator)
+        try:
+            inspect.signature(generator).bind(split, size, seed, **config.generator_kwargs)
+        except TypeError as exc:
+            raise ValueError(f"data.generator {config.generator} cannot be called as (split, n, seed, "
+                             f"**data.generator_kwargs {config.generator_kwargs}): {exc}") from exc
+        rows = list(generator(split, size, seed, **config.generator_kwargs))
     else:
         raise ValueError(f"no {split} tasks: set data.{split}_files or data.generator")
     if not rows:
