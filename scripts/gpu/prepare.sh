@@ -25,15 +25,15 @@ mkdir -p .whl .m1 .m2 .m3 .tok
 
 gguf=$("$PY" -c 'from agentr1.core.models import smollm2_gguf_path; print(smollm2_gguf_path())')
 xz -T2 -6 -c "$gguf" > /tmp/smollm2.gguf.xz
-# part sizes (the xz is 86.3 MiB): 64 MiB a call, the working tree included (12.6 MiB on 2026-12-01), cut so
-# that .whl .tok .m1 (61.1 MiB with the tree), .m2 (60.6) and .m3 with vLLM's second part (.vllm2, 60.3) each
-# fit one call (lib.sh takes the parts in any order). Check `du -cb` of a call's folders + the tree first.
+# three equal parts (the xz is 86.3 MiB: 28.8 MiB each), so that each part plus the working tree fits one 64 MiB
+# call: the tree grew from 12.6 MiB (2026-12-01) to 20.6 MiB (2026-12-03, result files), and the old 48 MiB part
+# no longer fit. Carry .whl .tok first, then .m1, .m2, .m3 (lib.sh takes the parts in any order); check `du -cb`
+# of a call's folders plus `git ls-files -z | du -cb --files0-from=-` first.
 python3 - <<'PY'  # (head/tail in a pipe die of SIGPIPE under pipefail)
 data = open("/tmp/smollm2.gguf.xz", "rb").read()
-mib = 1 << 20
-for path, start, end in ((".m1/gguf.xz.part1", 0, 15 * mib), (".m2/gguf.xz.part2", 15 * mib, 63 * mib),
-                         (".m3/gguf.xz.part3", 63 * mib, len(data))):
-    open(path, "wb").write(data[start:end])
+third = -(-len(data) // 3)
+for k in range(3):
+    open(f".m{k + 1}/gguf.xz.part{k + 1}", "wb").write(data[k * third:(k + 1) * third])
 PY
 sha256sum /tmp/smollm2.gguf.xz | sed 's/ .*/  gguf.xz/' > .tok/gguf.xz.sha256
 model=$("$PY" -c 'from agentr1.core.models import ensure_smollm2; print(ensure_smollm2())')
