@@ -1,18 +1,16 @@
-"""Screenshot pages of a running `agentr1 view` for the docs (headless Chromium through Playwright, as the
-viewer's browser tests drive it).
+"""Screenshot pages of a running `agentr1 view` for the docs (headless Chromium through Playwright, driven
+the way the viewer's browser tests drive it: agentr1.viewer.browser).
 
 Usage: python scripts/viewer_screenshot.py URL OUT.png [URL OUT.png ...] [--width 1360] [--max-height 4000]
-Each page is loaded until the viewer says it is ready and nothing more loads, then saved down to the end of its content (at most
---max-height pixels: a long session is cut there, with its first steps shown).
+Each page is loaded until the viewer says it is ready and nothing more loads, then saved down to the end of its
+content (at most --max-height pixels: a long session is cut there, with its first steps shown).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 
-CHROMIUM = os.environ.get("AGENTR1_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+from agentr1.viewer import CHROMIUM, CHROMIUM_ARGS, ViewerPageError, content_height, open_viewer_page
 
 
 def main() -> None:
@@ -26,17 +24,14 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_context(viewport={"width": args.width, "height": 900}).new_page()
         for url, out in zip(args.pairs[::2], args.pairs[1::2], strict=True):
-            page.goto(url)
-            page.wait_for_selector('#app[data-ready="true"]')
-            page.wait_for_load_state("networkidle")  # parts that load after the page (a session's training rows)
-            error = page.query_selector("#app > .error")
-            if error is not None:
-                raise SystemExit(f"{url}: the viewer says {error.inner_text()!r}")
-            bottom = page.evaluate("Math.ceil(document.querySelector('main').getBoundingClientRect().bottom"
-                                   " + window.scrollY)")
+            try:
+                open_viewer_page(page, url, settle=True)
+            except ViewerPageError as exc:
+                raise SystemExit(str(exc)) from exc
+            bottom = content_height(page)
             height = max(200, min(bottom, args.max_height))
             page.screenshot(path=out, full_page=True, clip={"x": 0, "y": 0, "width": args.width, "height": height})
             print(f"{out}: {args.width}x{height} (page {bottom} px)")

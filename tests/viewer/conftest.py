@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 from viewer_harness import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     Recorded,
     record_traces,
     scripted_reply,
     varied_logprobs,
     write_trainer_output,
 )
+
+from agentr1.viewer import CHROMIUM, CHROMIUM_ARGS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -14,13 +14,12 @@ from typing import Any
 
 import httpx
 
+from agentr1.viewer import content_height, open_viewer_page
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
-CHROMIUM = os.environ.get("AGENTR1_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 CALCULATOR = {"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
@@ -190,10 +189,7 @@ def write_trainer_output(runs_dir: Path) -> None:
 
 
 def open_page(page: Any, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector('#app[data-ready="true"]')
-    error = page.query_selector("#app > .error")
-    assert error is None, error.inner_text()
+    open_viewer_page(page, url)
 
 
 def screenshot(page: Any, name: str, *, element: str | None = None) -> Path:
@@ -203,9 +199,8 @@ def screenshot(page: Any, name: str, *, element: str | None = None) -> Path:
     if element is not None:
         page.locator(element).screenshot(path=str(path))
         return path
-    bottom = page.evaluate("Math.ceil(document.querySelector('main').getBoundingClientRect().bottom + window.scrollY)")
     width = page.viewport_size["width"]
-    page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": width, "height": max(200, bottom)})
+    page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": width, "height": max(200, content_height(page))})
     return path
 
 
