@@ -252,6 +252,20 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
         assert {s.steps[0].action["content"] for s in sessions} <= {d.actions[0]["content"] for d in demos}
 
 
+def test_the_demonstrations_of_the_h200_runs_share_no_game_with_their_held_out_games():
+    """Session 12's ALFWorld run: SFT on the first 120 demonstrations, evaluation on 128 held-out games."""
+    from examples.alfworld.generated.sft_demos import demonstrations
+
+    demos = demonstrations(120)
+    held_out = make_tasks("val", 128, VAL_SEED)
+    # the games the demonstrations play, fingerprinted from the games themselves (not the rows' ids)
+    demo_prints = {d.env.generated.fingerprint for d in demos}
+    held_prints = {generate_game(r["env_kwargs"]["game_seed"], r["task_type"], r["env_kwargs"]["size"]).fingerprint
+                   for r in held_out}
+    assert len(demo_prints) == 120 and len(held_prints) == 128
+    assert not demo_prints & held_prints and not {d.task_id for d in demos} & {r["id"] for r in held_out}
+
+
 def test_the_outcome_alone_through_data_generator_kwargs():
     """``data.generator_kwargs={invalid_penalty: 0}`` on the command line reaches the environment: an
     inadmissible reply then earns 0 instead of -0.1, and the game is the same game."""
