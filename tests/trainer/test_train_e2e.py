@@ -74,6 +74,27 @@ def test_two_steps_update_weights_record_versions_and_resume(tmp_path, tiny_mode
 
 
 @pytest.mark.timeout(900)
+def test_the_evaluation_before_training_runs_beside_the_first_rollout(tmp_path, tiny_model_path):
+    """Both are sampled from the starting policy, so they share the engine's batches; the evaluation ends
+    before the first update (its sessions all at policy version 0) and is logged as step 0, before step 1."""
+    config = _config(tmp_path, tiny_model_path, steps=1)
+    config.data.val_size = 6
+    _run(config)
+    out = tmp_path / "out"
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [0, 1] and "success/val" in history[0]
+    with TraceStore.open(tmp_path / "traces.db") as store:
+        run_id = json.loads((out / "checkpoints" / "step_1" / "trainer_state.json").read_text())["run_id"]
+        evaluations = store.list_sessions(f"{run_id}-eval", limit=100)  # before training, and after its step
+        rollout = store.list_sessions(run_id, limit=100)
+    evaluation = [s for s in evaluations if s.metadata["step"] == 0]
+    assert len(evaluation) == 6 and len(evaluations) == 12 and len(rollout) == 6
+    assert {s.policy_version for s in evaluation} == {0} and {s.status for s in evaluation} == {"finished"}
+    # the two overlapped in time: the first rollout session opened before the last evaluation session ended
+    assert min(s.created_at for s in rollout) < max(s.finished_at for s in evaluation)
+
+
+@pytest.mark.timeout(900)
 def test_offline_training_on_sessions_another_process_collected(tmp_path, tiny_model_path):
     collected = tmp_path / "collected"
     _run(_config(collected, tiny_model_path, steps=1))

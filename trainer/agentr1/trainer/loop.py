@@ -118,22 +118,33 @@ class Trainer:
         cfg = self.config.trainer
         last: dict[str, float] = {}
         # sync agents run in the default executor (min(32, cpus + 4) threads): room for max_concurrency
-        workers = self.config.actor_rollout_ref.rollout.max_concurrency + 4
+        # sessions of the rollout and as many of the evaluation beside it
+        workers = 2 * self.config.actor_rollout_ref.rollout.max_concurrency + 4
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=workers))
+        # the held-out evaluation before training runs beside the first step's rollout (both are sampled
+        # from the starting policy, one engine batch serves them) and ends before the first update
+        before: asyncio.Task[dict[str, float]] | None = None
         if self.state.step == 0 and self.val_tasks:
-            self.tracker.log(0, await self.evaluate())
-        await self.source.start()
+            before = asyncio.create_task(self.evaluate())
         try:
+            await self.source.start()
             while self.state.step < cfg.total_training_steps:
                 step = self.state.step + 1
                 started = time.monotonic()
                 data = await self.source.take(step)  # 1-2. rollout and reward (or stored sessions)
+                if before is not None:
+                    self.tracker.log(0, await before)
+                    before = None
                 metrics = await self.learn(data)
                 self.source.after_update(step, data, metrics)
                 metrics["perf/step_s"] = time.monotonic() - started
                 await self.end_step(step, metrics)
                 last = metrics
+            if before is not None:  # no training step to run beside it (a run of 0 steps)
+                self.tracker.log(0, await before)
         finally:
+            if before is not None and not before.done():
+                before.cancel()
             await self.source.close()
         return last
 
