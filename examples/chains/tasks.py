@@ -162,7 +162,7 @@ def make_short_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
 DEMO_PROGRESS_REWARD = 0.5  # the laptop demo's process reward for a whole chain's correct calls (ChainEnv)
 
 
-def make_demo_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
+def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO_PROGRESS_REWARD) -> list[dict[str, Any]]:
     """The laptop demo's tasks: ``make_short_tasks`` with a process reward (``ChainEnv``'s
     ``progress_reward``, :data:`DEMO_PROGRESS_REWARD` for the whole chain's correct calls, on top of the
     outcome's 1 for the right final number), so that a group of a few samples of a weak policy differs in
@@ -170,10 +170,13 @@ def make_demo_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
     (its index): an evaluation at temperature 1 is then the same draw for the same policy, and before ->
     after compares the policies on common random numbers instead of two independent draws (the same SFT
     checkpoint scored 1/32, 5/32 and 7/32 in three unseeded evaluations). Training chains stay unseeded: a
-    group's samples must differ. Success is the exact final number either way."""
+    group's samples must differ. Success is the exact final number either way. ``progress_reward``
+    (``data.generator_kwargs.progress_reward``; 0: the outcome alone) replaces the default weight."""
+    if progress_reward < 0:
+        raise ValueError(f"progress_reward must be >= 0, got {progress_reward!r}")
     rows = make_short_tasks(split, n, seed)
     for index, row in enumerate(rows):
-        row["env_kwargs"]["progress_reward"] = DEMO_PROGRESS_REWARD
+        row["env_kwargs"]["progress_reward"] = float(progress_reward)
         if split == "val":
             row["env_kwargs"]["sampling"]["seed"] = index
     return rows

@@ -197,3 +197,21 @@ def test_the_demo_seeds_each_held_out_chain_and_no_training_chain():
     assert all(t["env_kwargs"]["progress_reward"] == 0.5 for t in val + train)
     # otherwise the short tasks, chain for chain
     assert [t["prompt"] for t in val] == [t["prompt"] for t in make_short_tasks("val", 32, 1_000_003)]
+
+
+def test_the_demo_reward_weight_comes_from_data_generator_kwargs():
+    job = JobConfig.from_yaml(Path(__file__).resolve().parents[2] / "examples" / "chains" / "demo.yaml",
+                              ["data.generator_kwargs.progress_reward=0", "data.val_size=4"])
+    rows = load_tasks(job.data, "val")
+    assert [r["env_kwargs"]["progress_reward"] for r in rows] == [0.0] * 4
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in make_demo_tasks("val", 4, 1_000_003)]
+
+    async def reward_of_the_first_correct_call(row) -> float:
+        env = ChainEnv(row, **{k: v for k, v in row["env_kwargs"].items() if k not in ("max_steps", "sampling")})
+        await env.reset()
+        return (await env.step(expert_turns(row)[0])).reward
+
+    assert asyncio.run(reward_of_the_first_correct_call(rows[0])) == 0.0  # the outcome alone
+    assert asyncio.run(reward_of_the_first_correct_call(make_demo_tasks("val", 1, 1_000_003)[0])) > 0.0
+    with pytest.raises(ValueError, match="progress_reward must be >= 0"):
+        make_demo_tasks("val", 1, 0, progress_reward=-1)
