@@ -10,13 +10,16 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
    SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
 
-Status (2026-12-03): memory within the bar, time at it, the doubling in one run of three. The RL stage
-trains on ``make_demo_tasks`` (a process reward for correct calculator calls; held-out chains sampled under
+Status (2026-12-03, session 12): memory within the bar; neither the doubling nor the time reliably. The RL
+stage trains on ``make_demo_tasks`` (a process reward for correct calculator calls; held-out chains sampled under
 per-chain seeds, so before -> after compares the policies on the same draws), 2 chains x 8 samples a step for
 3 steps at lr 2e-5, learning only from the samples that beat their group (``algorithm.advantage_floor: 0``).
-From the same SFT checkpoint (9/32 before in every run; 25/32 when sampled greedily) three runs ended at 15, 24
-and 10 of 32 (10.6 min and 4.9 GB on an idle machine); the earlier defaults (every sample's advantage, 2 x 4,
-lr 1e-5) at 10, 15, 13, 3 and 12 (docs/results.md, "The laptop demo").
+From the same SFT checkpoint (9/32 before in every run; 25/32 when sampled greedily) runs of these defaults
+ended at 15, 24, 10 and 12 of 32 (RL stage 530-537 s, 4.9 GiB). With ``actor_rollout_ref.actor.ppo_mini_batch_size=2``
+(the same update compute in twice the optimizer steps) five runs ended at 27, 29, 18, 26 and **0** of 32: four
+doubled, one collapsed to "one call, then answer" (1.0 tool calls per episode); RL stage 368-642 s at loads
+0.7-1.6, 4.6 GiB. Two GRPO steps ended at 10/32 (mini-batches of 2) and 1/32 (of 1). Earlier defaults (every
+sample's advantage, 2 x 4, lr 1e-5): 10, 15, 13, 3 and 12 (docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
