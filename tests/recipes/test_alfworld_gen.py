@@ -275,10 +275,13 @@ def test_the_outcome_alone_through_data_generator_kwargs():
     from agentr1.trainer.config import JobConfig
     from agentr1.trainer.tasks import load_tasks
 
-    path = Path(data_file).parent / "train_gpu.yaml"
+    path = Path(data_file).parent / "train.yaml"  # the CPU config keeps the environment's default penalty
     default = load_tasks(JobConfig.from_yaml(path, ["data.val_size=2"]).data, "val")
     job = JobConfig.from_yaml(path, ["data.val_size=2", "data.generator_kwargs={invalid_penalty: 0}"])
     rows = load_tasks(job.data, "val")
+    # the GPU config holds the outcome alone (session 12's ALFWorld gain)
+    gpu = load_tasks(JobConfig.from_yaml(path.with_name("train_gpu.yaml"), ["data.val_size=2"]).data, "val")
+    assert [r["env_kwargs"]["invalid_penalty"] for r in gpu] == [0.0, 0.0]
     assert [r["id"] for r in rows] == [r["id"] for r in default]
     assert rows[0]["env_kwargs"]["invalid_penalty"] == 0.0 and "invalid_penalty" not in default[0]["env_kwargs"]
 
