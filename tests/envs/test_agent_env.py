@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agentr1.envs import AgentEnv, AgentEnvLoop, AgentFlowBase, StepResult
+from agentr1.envs.loop import SEED_STRIDE
 from agentr1.sdk import session
 
 SECRET = 7
@@ -103,3 +106,27 @@ def test_flow_calls_are_ordinary_steps(gateway):
     assert len(trace.steps) == 3
     assert [s.reward for s in trace.steps] == [None, None, 0.5]
     assert trace.steps[2].messages_sent[0]["content"].startswith("pick one of")
+
+
+def test_a_seeded_episode_gives_each_call_a_seed_of_its_own(gateway):
+    """One seed for the episode; its calls reach the gateway (and the store) as seed + k * SEED_STRIDE,
+    so the engine draws different random numbers for each call of a reproducible episode."""
+    async def go():
+        async with session(task_id="guess-seeded") as active:
+            return active.id, await AgentEnvLoop(GuessNumber({"id": "guess"}), max_steps=6, seed=11,
+                                                 temperature=1.0).run()
+
+    with gateway(binary_search) as (_, store):
+        session_id, episode = asyncio.run(go())
+        steps = store.get_session(session_id).steps
+
+    assert episode.steps == 3
+    assert [s.sampling["seed"] for s in steps] == [11, 11 + SEED_STRIDE, 11 + 2 * SEED_STRIDE]
+    assert all(s.sampling["temperature"] == 1.0 for s in steps)
+
+
+def test_an_unseeded_episode_sends_no_seed_and_a_bad_seed_is_refused():
+    loop = AgentEnvLoop(GuessNumber({"id": "guess"}), temperature=1.0)
+    assert loop.call_sampling(2) == {"temperature": 1.0}
+    with pytest.raises(ValueError, match="seed must be an int"):
+        AgentEnvLoop(GuessNumber({"id": "guess"}), seed="7")
