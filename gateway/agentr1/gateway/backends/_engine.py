@@ -12,7 +12,10 @@ the full chunks of a finished request's prompt are copied to an idle slot at the
 an entry of a :class:`~._prefix.PrefixIndex` (least recently used entries are evicted). A later
 prompt that starts with those ids (the next turn of an agent session, a resample, the other
 members of a group) copies them into its own slot and prefills from the first chunk it does not
-share; ``GenerateResult.cached_tokens`` says how many prompt tokens came from the cache.
+share; ``GenerateResult.cached_tokens`` says how many prompt tokens came from the cache. Rows admitted
+together share too: segments of one prefill forward with the same positions of the same prompt ids (a
+common system prompt and tool schemas, the identical prompts of a group) are computed once, by the
+first of them, whose keys and values (and last logits) are then copied to the others, counted as cached.
 
 In ``exact`` mode (the default on the CPU) every prefill forward is one chunk of :data:`CHUNK`
 queries per row over exactly the positions up to the chunk's end, grouped by chunk, so a chunk's
@@ -45,9 +48,32 @@ log = logging.getLogger(__name__)
 CHUNK = 16  # prefill chunk grid; reused prefixes end on it (16 rows keep CPU matmuls row-invariant)
 CPU_LENGTH_STEP = 64
 
+Segment = tuple[Row, int, int]  # a row's prompt positions start..end-1, prefilled in one forward
+
 
 def _round_up(n: int, step: int) -> int:
     return -(-n // step) * step
+
+
+def _share_segments(segments: list[Segment]) -> tuple[list[Segment], list[int]]:
+    """The segments to compute (leaders) and, per segment, the index of its leader: the first segment
+    of the same positions of the same prompt ids. Rows with images lead themselves."""
+    leaders: list[Segment] = []
+    lead: list[int] = []
+    seen: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
+    for row, start, end in segments:
+        found = None
+        if row.multimodal is None and row.embeds is None:
+            candidates = seen.setdefault((start, end, tuple(row.prompt_ids[start:end])), [])
+            found = next((j for j in candidates if leaders[j][0].prompt_ids[:start] == row.prompt_ids[:start]),
+                         None)
+            if found is None:
+                candidates.append(len(leaders))
+        if found is None:
+            found = len(leaders)
+            leaders.append((row, start, end))
+        lead.append(found)
+    return leaders, lead
 
 
 class BatchEngine:
@@ -326,24 +352,41 @@ class BatchEngine:
         pending = list(rows)
         while pending:
             for segments in self._plan(pending, cursor):
-                finished = [(row, end) for row, _, end in segments if end == len(row.prompt_ids)]
-                logits = self._prefill_forward(segments)
+                leaders, lead = segments, list(range(len(segments)))
+                if self.prefix_cache:  # rows admitted together compute a common span once
+                    leaders, lead = _share_segments(segments)
+                finished = [i for i, (row, _, end) in enumerate(segments) if end == len(row.prompt_ids)]
+                shared = len(leaders) < len(segments)
+                logits = self._prefill_forward(leaders, lead if finished and shared else None)
+                if shared:
+                    self._copy_shared(segments, leaders, lead)
                 for row, _, end in segments:
                     cursor[id(row)] = end
-                if finished:
-                    index = torch.tensor([i for i, (row, _, end) in enumerate(segments)
-                                          if end == len(row.prompt_ids)], device=self.device)
-                    done = [row for row, _ in finished]
+                if finished:  # a follower samples (with its own parameters and key) from its leader's logits
+                    index = torch.tensor(finished, device=self.device)
+                    done = [segments[i][0] for i in finished]
                     sampling = SamplingBatch([r.sampling for r in done], [r.key for r in done], self.device)
                     last = logits.index_select(0, index)
                     allowed = grammar_mask(enumerate(r.grammar for r in done), last)
                     self._append(done, to_host(sample_batch(last, sampling, [0] * len(done), allowed), sampling))
             pending = [r for r in pending if cursor[id(r)] < len(r.prompt_ids)]
 
-    def _plan(self, rows: list[Row], cursor: dict[int, int]) -> list[list[tuple[Row, int, int]]]:
+    def _copy_shared(self, segments: list[Segment], leaders: list[Segment], lead: list[int]) -> None:
+        """Copy each leader's new keys and values to the rows that share its segment (counted as cached)."""
+        followers: dict[int, list[Row]] = {}
+        for (row, start, end), j in zip(segments, lead, strict=True):
+            if row is not leaders[j][0]:
+                followers.setdefault(j, []).append(row)
+                row.cached += end - start
+                self.stats.cached_tokens += end - start
+        for j, rows in followers.items():
+            leader, start, end = leaders[j]
+            self.cache.copy_columns(leader.slot, [r.slot for r in rows], start, end)
+
+    def _plan(self, rows: list[Row], cursor: dict[int, int]) -> list[list[Segment]]:
         """The next forwards: lists of (row, start, end) segments of the prompts."""
         if self.exact:  # one chunk per row, rows grouped by chunk
-            groups: dict[int, list[tuple[Row, int, int]]] = {}
+            groups: dict[int, list[Segment]] = {}
             for row in rows:
                 start = cursor[id(row)]
                 end = min(len(row.prompt_ids), (start // CHUNK + 1) * CHUNK)
@@ -356,8 +399,11 @@ class BatchEngine:
             segments.append((row, start, min(len(row.prompt_ids), (start // CHUNK) * CHUNK + per_row)))
         return [segments]
 
-    def _prefill_forward(self, segments: list[tuple[Row, int, int]]) -> torch.Tensor:
-        """One forward over left-padded segments; returns the last position's logits per segment."""
+    def _prefill_forward(self, segments: list[Segment], lead: list[int] | None = None) -> torch.Tensor:
+        """One forward over left-padded segments; returns the last position's logits per segment, or with
+        ``lead`` per entry of ``lead`` (the segment it reads): the output layer then runs over as many rows as
+        the forward would have without sharing, so that the logits keep their bits (a CPU matrix product's
+        last bits depend on its row count)."""
         width = CHUNK if self.exact else max(end - start for _, start, end in segments)
         top = max(end for _, _, end in segments)
         kv_len = _round_up(top, CHUNK) if self.exact else min(_round_up(top, self.length_step), self.cache.scratch)
@@ -375,8 +421,17 @@ class BatchEngine:
         slots = torch.tensor([[row.slot] for row, _, _ in segments], dtype=torch.long, device=self.device)
         mask = (self._cols[:kv_len][None, None, :] <= pos[:, :, None])[:, None]  # pad queries see column 0
         self.cache.begin(slots, cols, kv_len, slots[:, 0])
-        out = self.model(**segment_inputs(self.model, ids, segments, width), position_ids=pos, attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        hook = None
+        if lead is not None:
+            rows = torch.tensor(lead, dtype=torch.long, device=self.device)
+            hook = self.model.get_output_embeddings().register_forward_pre_hook(
+                lambda _, args: (args[0].index_select(0, rows), *args[1:]))
+        try:
+            out = self.model(**segment_inputs(self.model, ids, segments, width), position_ids=pos,
+                             attention_mask=mask, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        finally:
+            if hook is not None:
+                hook.remove()
         self._count_forward(count)
         return out.logits[:, -1, :]
 

@@ -84,6 +84,12 @@ class SlotCache:
         self._all_keys[:, target, :, :length] = self._all_keys[:, source, :, :length]
         self._all_values[:, target, :, :length] = self._all_values[:, source, :, :length]
 
+    def copy_columns(self, source: int, targets: list[int], start: int, end: int) -> None:
+        """Copy positions ``start..end-1`` of slot ``source`` into each slot of ``targets`` (all layers)."""
+        index = torch.tensor(targets, dtype=torch.long, device=self.device)
+        for cache in (self._all_keys, self._all_values):
+            cache[:, index, :, start:end] = cache[:, source : source + 1, :, start:end]
+
     def swap_prefixes(self, a: int, b: int, length: int) -> None:
         """Exchange the first ``length`` positions of slots ``a`` and ``b`` (all layers)."""
         for cache in (self._all_keys, self._all_values):
