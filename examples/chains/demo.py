@@ -10,23 +10,20 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
    SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
 
-Status (2026-12-03, session 12): memory within the bar; neither the doubling nor the time reliably. The RL
-stage trains on ``make_demo_tasks`` (a process reward for correct calculator calls; held-out chains sampled under
-per-chain seeds, so before -> after compares the policies on the same draws), 2 chains x 8 samples a step for
-3 steps at lr 2e-5, learning only from the samples that beat their group (``algorithm.advantage_floor: 0``).
-From the same SFT checkpoint (9/32 before in every run; 25/32 when sampled greedily) runs of these defaults
-ended at 15, 24, 10 and 12 of 32 (RL stage 530-537 s, 4.9 GiB). With ``actor_rollout_ref.actor.ppo_mini_batch_size=2``
-(the same update compute in twice the optimizer steps) five runs ended at 27, 29, 18, 26 and **0** of 32: four
-doubled, one collapsed to "one call, then answer" (1.0 tool calls per episode); RL stage 368-642 s at loads
-0.7-1.6, 4.6 GiB. Two GRPO steps ended at 10/32 (mini-batches of 2) and 1/32 (of 1). Earlier defaults (every
-sample's advantage, 2 x 4, lr 1e-5): 10, 15, 13, 3 and 12 (docs/results.md, "The laptop demo").
+Status (2026-12-03, session 13): the doubling made sure, memory within the bar, the time not. The RL stage trains
+on ``make_demo_tasks`` with the outcome alone as the reward (held-out chains sampled under per-chain seeds, each call
+of an episode under its own), 3 chains x 8 samples a step for 3 steps at lr 2e-5 in mini-batches of 2, learning
+only from the samples that beat their group (``algorithm.advantage_floor: 0``). From the SFT checkpoint's 6/32:
+30/32 in 12.8 min (5.47 GiB) and, without the mmap setting, 30/32 in 14.1 min (4.6 GiB). A 2 x 8 variant: 6 -> 15 of 32 in 11.0 min. The stages run with glibc's mmap threshold at 4 MiB
+(:func:`_stage_env`). Before session 13 the held-out numbers were biased upward (one seed replayed at every call
+of an episode; docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
 the traces (``scripts/gpu/episode_stats.py``), where the curves, traces and checkpoint are, and the ``agentr1 view``
 command. ``summary.json`` in the output folder holds it all, with wall time and peak memory.
 
-    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 2] [train overrides ...]
+    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 3] [train overrides ...]
 """
 
 from __future__ import annotations
@@ -54,13 +51,24 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+MMAP_THRESHOLD = 4 << 20  # glibc's mmap threshold for the stages (bytes)
+
+
+def _stage_env() -> dict[str, str]:
+    """The stages' environment: glibc's mmap threshold at 4 MiB unless the caller set one. The training code pins
+    it at 128 KiB (``agentr1.trainer.engine.memory``: a dynamic threshold let the heap fragment to 19 GB), which
+    makes every tensor over 128 KiB a fresh, zero-filled mapping: 174 of the demo's 1,374 CPU-seconds were system
+    time. At 4 MiB: 110 of 1,272, peak 5.47 instead of 4.6 GiB (docs/results.md, "The laptop demo", session 13)."""
+    return {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), **os.environ}
+
+
 def _run(title: str, command: list[str], log: Path, stages: dict[str, dict[str, float]]) -> None:
     """Run one stage; its progress line (one per step) goes to the terminal, its log to ``log``;
     its wall and CPU seconds go to ``stages``."""
     print(f"\n== {title} ({time.strftime('%H:%M:%S')})", flush=True)
     started, cpu = time.monotonic(), _cpu_s()
     with log.open("w") as err:
-        proc = subprocess.run(command, cwd=ROOT, stderr=err)
+        proc = subprocess.run(command, cwd=ROOT, stderr=err, env=_stage_env())
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-15:]
         sys.exit(f"{title} failed (exit {proc.returncode}); the last lines of {log}:\n" + "\n".join(tail))

@@ -167,9 +167,10 @@ def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO
     ``progress_reward``, :data:`DEMO_PROGRESS_REWARD` for the whole chain's correct calls, on top of the
     outcome's 1 for the right final number), so that a group of a few samples of a weak policy differs in
     return far more often than in success alone; and every held-out chain sampled under a seed of its own
-    (its index): an evaluation at temperature 1 is then the same draw for the same policy, and before ->
-    after compares the policies on common random numbers instead of two independent draws (the same SFT
-    checkpoint scored 1/32, 5/32 and 7/32 in three unseeded evaluations). Training chains stay unseeded: a
+    (its index; the episode's k-th call under seed + k * ``SEED_STRIDE``, see ``AgentEnvLoop``): an evaluation
+    at temperature 1 is then the same draw for the same policy, and before -> after compares the policies on
+    common random numbers instead of two independent draws (the same SFT checkpoint scored 1/32, 5/32 and 7/32
+    in three unseeded evaluations). Training chains stay unseeded: a
     group's samples must differ. Success is the exact final number either way. ``progress_reward``
     (``data.generator_kwargs.progress_reward``; 0: the outcome alone) replaces the default weight."""
     if progress_reward < 0:

@@ -200,10 +200,12 @@ def test_the_demo_seeds_each_held_out_chain_and_no_training_chain():
 
 
 def test_the_demo_reward_weight_comes_from_data_generator_kwargs():
-    job = JobConfig.from_yaml(Path(__file__).resolve().parents[2] / "examples" / "chains" / "demo.yaml",
-                              ["data.generator_kwargs.progress_reward=0", "data.val_size=4"])
-    rows = load_tasks(job.data, "val")
-    assert [r["env_kwargs"]["progress_reward"] for r in rows] == [0.0] * 4
+    demo = Path(__file__).resolve().parents[2] / "examples" / "chains" / "demo.yaml"
+    rows = load_tasks(JobConfig.from_yaml(demo, ["data.val_size=4"]).data, "val")
+    assert [r["env_kwargs"]["progress_reward"] for r in rows] == [0.0] * 4  # the demo's default: the outcome alone
+    weighted = load_tasks(JobConfig.from_yaml(demo, ["data.generator_kwargs.progress_reward=0.5",
+                                                     "data.val_size=4"]).data, "val")
+    assert [r["env_kwargs"]["progress_reward"] for r in weighted] == [0.5] * 4
     assert [r["prompt"] for r in rows] == [r["prompt"] for r in make_demo_tasks("val", 4, 1_000_003)]
 
     async def reward_of_the_first_correct_call(row) -> float:
