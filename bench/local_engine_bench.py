@@ -5,11 +5,14 @@ against an earlier commit's engine (and plain HF ``generate``), all in one run.
     .venv/bin/python bench/local_engine_bench.py --model tiny --concurrency 1 4 16
     .venv/bin/python bench/local_engine_bench.py --concurrency 16 --turns 3 --threads 1 --before 621589b
     .venv/bin/python bench/local_engine_bench.py --tokens 64 --device cuda --concurrency 1 32 128
+    .venv/bin/python bench/local_engine_bench.py --system-tokens 232 --turns 3 --tokens 32 --concurrency 16 32 --before 52c035a
 
 Each session is a chat of its own, sampled at temperature 1 with a seed, up to --tokens new
 tokens per turn (it may stop earlier at <|im_end|>; only generated tokens count). With --turns N
 every session runs N turns, each prompt extending the previous prompt + sampled ids with a new
-user message (what an agent sends through the gateway). ``--before COMMIT`` also runs the
+user message (what an agent sends through the gateway). ``--system-tokens N`` starts every session with
+the same system message of about N tokens (an agent's instructions and tool schemas, which its sessions
+share: 232 of the first prompt's 260 tokens in the chains demo). ``--before COMMIT`` also runs the
 local engine as it was at COMMIT (its backend files are read from git into a temporary package),
 alternating with this one --repeat times; the best run of each is shown. Prints a markdown table:
 wall time, total tokens/s, per-session tokens/s, prompt tokens prefilled, forward passes, the CPU
@@ -40,7 +43,6 @@ from agentr1.core.models import resolve_model
 from agentr1.gateway.backends.local import LocalBackend
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKEND_FILES = ("local.py", "_engine.py", "_sampling.py", "_weights.py", "base.py")
 
 QUESTIONS = [
     "Explain why the sky is blue.",
@@ -62,20 +64,37 @@ def engine_at(commit: str) -> Any:
     folder = Path(tempfile.mkdtemp()) / package
     folder.mkdir()
     (folder / "__init__.py").write_text("")
-    for name in BACKEND_FILES:
-        source = subprocess.run(["git", "show", f"{sha}:gateway/agentr1/gateway/backends/{name}"], cwd=ROOT,
-                                check=True, capture_output=True, text=True).stdout
-        (folder / name).write_text(source)
+    backends = "gateway/agentr1/gateway/backends"
+    names = subprocess.run(["git", "ls-tree", "--name-only", f"{sha}:{backends}"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in names:
+        if name.endswith(".py") and name != "__init__.py":  # the package's own __init__ imports every backend
+            source = subprocess.run(["git", "show", f"{sha}:{backends}/{name}"], cwd=ROOT, check=True,
+                                    capture_output=True, text=True).stdout
+            (folder / name).write_text(source)
     sys.path.insert(0, str(folder.parent))
     return importlib.import_module(f"{package}.local")
 
 
-def first_prompts(tokenizer: Any, sessions: int) -> list[list[int]]:
+SYSTEM_LINE = ("You are a careful assistant with tools. Call one tool at a time, read its result, and answer "
+               "only when you are sure. ")
+
+
+def system_message(tokenizer: Any, tokens: int) -> list[dict[str, str]]:
+    """A system message of about ``tokens`` tokens (none for 0): the same for every session."""
+    if tokens <= 0:
+        return []
+    ids = tokenizer.encode(SYSTEM_LINE * (tokens // 10 + 1), add_special_tokens=False)[:tokens]
+    return [{"role": "system", "content": tokenizer.decode(ids)}]
+
+
+def first_prompts(tokenizer: Any, sessions: int, system_tokens: int = 0) -> list[list[int]]:
+    system = system_message(tokenizer, system_tokens)
     out = []
     for i in range(sessions):
         text = QUESTIONS[i % len(QUESTIONS)] + (f" (variant {i})" if i >= len(QUESTIONS) else "")
-        out.append(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False))
+        out.append(tokenizer.apply_chat_template([*system, {"role": "user", "content": text}],
+                                                 add_generation_prompt=True, tokenize=True, return_dict=False))
     return out
 
 
@@ -85,7 +104,8 @@ def follow_up(tokenizer: Any, turn: int) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tokens: int) -> dict[str, float]:
+async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tokens: int,
+                       system_tokens: int = 0) -> dict[str, float]:
     """``sessions`` concurrent sessions of ``turns`` turns each on ``backend`` (whose own ``base``
     module ``module`` provides the request types)."""
     tokenizer = backend.tokenizer
@@ -104,7 +124,8 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
     before = dataclasses.replace(backend.stats)
     load = os.getloadavg()[0]
     cpu, started = time.process_time(), time.perf_counter()
-    counts = await asyncio.gather(*(session(i, p) for i, p in enumerate(first_prompts(tokenizer, sessions))))
+    prompts = first_prompts(tokenizer, sessions, system_tokens)
+    counts = await asyncio.gather(*(session(i, p) for i, p in enumerate(prompts)))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     generated = sum(counts)
     prefilled = getattr(backend.stats, "prefill_tokens", None)
@@ -120,9 +141,9 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
     }
 
 
-def hf_generate(backend: Any, sessions: int, tokens: int) -> dict[str, float]:
+def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0) -> dict[str, float]:
     """Plain ``model.generate`` on the first turn's prompts (one left-padded batch)."""
-    batch = first_prompts(backend.tokenizer, sessions)
+    batch = first_prompts(backend.tokenizer, sessions, system_tokens)
     width = max(len(p) for p in batch)
     pad = backend.tokenizer.pad_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=backend.device)
@@ -155,6 +176,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent sessions")
     parser.add_argument("--repeat", type=int, default=1, help="runs per engine and concurrency (best is shown)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--system-tokens", type=int, default=0, help="a shared system message of about N tokens")
     parser.add_argument("--before", default="", help="also run the local engine of this git commit")
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
     args = parser.parse_args()
@@ -168,18 +190,19 @@ async def main() -> None:
     base = {name: importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".base")
             for name, module in engines.items()}
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
-          f"{args.threads or torch.get_num_threads()}; {args.turns} turn(s) x up to {args.tokens} tokens per session")
+          f"{args.threads or torch.get_num_threads()}; {args.turns} turn(s) x up to {args.tokens} tokens per session"
+          f"{f', a shared system message of {args.system_tokens} tokens' if args.system_tokens else ''}")
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for _ in range(args.repeat):
         for name, module in engines.items():
             backend = start(module, args)
             await sessions_run(backend, base[name], 1, 1, 4)  # warm-up
             for concurrency in args.concurrency:
-                run = await sessions_run(backend, base[name], concurrency, args.turns, args.tokens)
+                run = await sessions_run(backend, base[name], concurrency, args.turns, args.tokens, args.system_tokens)
                 results.setdefault((name, concurrency), []).append(run)
                 if args.baseline and name == "local (this tree)":
                     results.setdefault(("hf generate", concurrency), []).append(
-                        hf_generate(backend, concurrency, args.tokens))
+                        hf_generate(backend, concurrency, args.tokens, args.system_tokens))
             await backend.close()
             del backend
             gc.collect()
