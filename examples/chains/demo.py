@@ -14,8 +14,8 @@ Status (2026-12-03, session 13): the doubling made sure, memory within the bar, 
 on ``make_demo_tasks`` with the outcome alone as the reward (held-out chains sampled under per-chain seeds, each call
 of an episode under its own), 3 chains x 8 samples a step for 3 steps at lr 2e-5 in mini-batches of 2, learning
 only from the samples that beat their group (``algorithm.advantage_floor: 0``). From the SFT checkpoint's 6/32:
-30/32 in 12.8 min (5.47 GiB) and, without the mmap setting, 30/32 in 14.1 min (4.6 GiB). A 2 x 8 variant: 6 -> 15 of 32 in 11.0 min. The stages run with glibc's mmap threshold at 4 MiB
-(:func:`_stage_env`). Before session 13 the held-out numbers were biased upward (one seed replayed at every call
+30/32 in 12.8 min (5.47 GiB) and, without the mmap setting, 30/32 in 14.1 min (4.6 GiB). A 2 x 8 variant:
+6 -> 15 of 32 in 11.0 min. The stages run with glibc's mmap threshold at 4 MiB (:func:`_stage_env`). Before session 13 the held-out numbers were biased upward (one seed replayed at every call
 of an episode; docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
