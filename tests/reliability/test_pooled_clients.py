@@ -1,6 +1,6 @@
 """Connections that survive load: 64 agents, each a real ``openai.AsyncOpenAI`` client with its own
 connection pool (idle connections kept 5 s, retries off), drive a real `agentr1 gateway` process
-(``--backend vllm`` in front of bench/instant_vllm.py, durable SQLite) for two minutes. Between
+(``--backend vllm`` in front of bench/instant_vllm.py, durable SQLite) for a minute. Between
 calls an agent thinks briefly, or pauses about 5 s (a tool running): exactly the idle time at
 which a pooled connection used to be closed by the gateway while the client reused it
 (``httpx.ReadError``; with ``AGENTR1_KEEP_ALIVE_S=5``, uvicorn's default, this test sees such
@@ -28,7 +28,7 @@ from agentr1.gateway.server import free_port  # noqa: E402
 from peers import start_process, wait_ready  # noqa: E402
 
 AGENTS = 64
-DURATION_S = 100.0
+DURATION_S = 60.0  # keep-alive errors showed up within one minute (8 in 734 calls) when the gateway had them
 CALLS_PER_SESSION = 8  # then the agent starts a new session (bounded histories)
 
 
@@ -103,7 +103,7 @@ def test_64_pooled_openai_clients_see_no_transport_error_and_every_answer_is_sto
         transport = sum(t for _, _, t in results)
         assert transport == 0 and not errors, (transport, errors[:5])
         total = sum(answered.values())
-        assert total > AGENTS * 10, f"only {total} calls answered: the load did not run"
+        assert total > AGENTS * 6, f"only {total} calls answered: the load did not run"
 
         with TraceStore.open(db, migrate=False) as store:
             stored = {sid: len(store.get_session(sid).steps) for sid in answered}

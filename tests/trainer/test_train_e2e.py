@@ -117,3 +117,26 @@ def test_offline_training_on_sessions_another_process_collected(tmp_path, tiny_m
     assert [h["step"] for h in history] == [1, 2]
     assert all(h["offline/sessions"] > 0 and h["actor/optimizer_steps"] >= 1 for h in history)
     assert any(k.startswith("rollout_corr/") for k in history[0])  # importance correction from recorded logprobs
+
+
+@pytest.mark.timeout(900)
+def test_the_steps_report_what_the_embedded_engine_did(tmp_path, tiny_model_path):
+    """engine/* are the engine's counters over each step (its rollout and the evaluations in it): over the
+    run, every prompt token of every stored call was either prefilled or served from a cached prefix, and
+    every stored action token was sampled. Counters that were not per step would add up to more."""
+    _run(_config(tmp_path, tiny_model_path, steps=2))
+    history = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    steps = [h for h in history if h["step"] > 0]
+    total = {key: sum(h[key] for h in steps) for key in steps[0] if key.startswith("engine/")}
+    with TraceStore.open(tmp_path / "traces.db") as store:
+        calls = [st for r in store.list_runs() for s in store.list_sessions(r.id, limit=100)
+                 for st in store.get_session(s.id).steps]
+    prompt_tokens = sum(len(st.observation_ids) for st in calls)
+    action_tokens = sum(len(st.action_ids) for st in calls)
+    assert total["engine/prefill_tokens"] + total["engine/cached_tokens"] == prompt_tokens
+    # a call that ends on an end token samples it; the stored action may leave it out
+    assert action_tokens <= total["engine/tokens_generated"] <= action_tokens + len(calls)
+    for h in steps:
+        assert h["engine/prefill_tokens"] > 0 and h["engine/decode_steps"] > 0
+        assert h["engine/forward_passes"] >= h["engine/decode_steps"]
+        assert 0 < h["engine/busy_s"] and 0 < h["engine/busy_share"] < 1

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,15 @@ class Serving:
     @property
     def policy_version(self) -> int:
         return int(self.backend.policy_version)
+
+    def engine_counters(self) -> dict[str, float]:
+        """The embedded engine's counters so far (``EngineStats``: forward passes, decode steps, prompt
+        tokens prefilled and served from cached prefixes, tokens generated, busy seconds); empty for
+        a backend that keeps none (SGLang, vLLM)."""
+        stats = getattr(self.backend, "stats", None)
+        if stats is None or not is_dataclass(stats) or isinstance(stats, type):
+            return {}
+        return {name: float(value) for name, value in asdict(stats).items()}
 
     async def sync(self, engine: Any) -> int:
         """The engine's current policy to the servers; returns the policy version they report now."""
