@@ -44,8 +44,8 @@ def plain_logprobs(model: Any, prompt: list[int], result: GenerateResult, temper
     return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(result.output_ids)]
 
 
-def check_logprobs_match_a_plain_forward(path: Any, device: str) -> None:
-    backend = start(path, device, max_batch_size=16)
+def check_logprobs_match_a_plain_forward(path: Any, device: str, **engine: Any) -> None:
+    backend = start(path, device, max_batch_size=16, **engine)
     try:
         tok = backend.tokenizer
         settings = [dict(temperature=0.0), dict(temperature=1.0, seed=1), dict(temperature=0.7, top_p=0.9, seed=2),
@@ -77,9 +77,9 @@ def session_turns(backend: LocalBackend, turns: int, **sampling: Any) -> tuple[l
     return results, prompt
 
 
-def check_prefix_reuse_is_exact(path: Any, device: str, *, bit_exact: bool) -> None:
+def check_prefix_reuse_is_exact(path: Any, device: str, *, bit_exact: bool, **engine: Any) -> None:
     for sampling in (dict(temperature=0.0), dict(temperature=1.0, top_p=0.95)):
-        reused_backend, plain_backend = start(path, device), start(path, device, prefix_cache=False)
+        reused_backend, plain_backend = start(path, device, **engine), start(path, device, prefix_cache=False, **engine)
         try:
             reused, final = session_turns(reused_backend, 8, **sampling)
             plain, _ = session_turns(plain_backend, 8, **sampling)
@@ -209,12 +209,14 @@ def check_compiled_decode_matches_eager(path: Any, device: str) -> None:
             assert b.logprobs == pytest.approx(a.logprobs, abs=TOLERANCE[device])
 
 
-def test_logprobs_match_a_plain_forward(tiny_model_path):
-    check_logprobs_match_a_plain_forward(tiny_model_path, DEVICE)
+@pytest.mark.parametrize("exact", [None, False])  # the device's default (exact on the CPU), and whole segments
+def test_logprobs_match_a_plain_forward(tiny_model_path, exact):
+    check_logprobs_match_a_plain_forward(tiny_model_path, DEVICE, exact=exact)
 
 
-def test_prefix_reuse_changes_nothing_sampled_and_prefills_each_token_about_once(tiny_model_path):
-    check_prefix_reuse_is_exact(tiny_model_path, DEVICE, bit_exact=DEVICE == "cpu")
+@pytest.mark.parametrize("exact", [None, False])
+def test_prefix_reuse_changes_nothing_sampled_and_prefills_each_token_about_once(tiny_model_path, exact):
+    check_prefix_reuse_is_exact(tiny_model_path, DEVICE, bit_exact=DEVICE == "cpu" and exact is None, exact=exact)
 
 
 def test_prefixes_make_room_for_running_rows_and_change_nothing_sampled(tiny_model_path):

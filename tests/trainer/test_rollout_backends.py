@@ -174,6 +174,8 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
     ({"name": "vllm", "urls": ["http://a:1"], "engine_compile": True},
      "engine_compile is an option of the embedded engine \\(name local\\), not of the vllm servers"),
     ({"prefill_budget": 8}, "greater than or equal to 16"),
+    ({"name": "sglang", "urls": ["http://a:1"], "engine_exact": False},
+     "engine_exact is an option of the embedded engine \\(name local\\), not of the sglang servers"),
 ])
 def test_rollout_server_config_errors_are_clear(tmp_path, rollout, message):
     with pytest.raises(ValidationError, match=message):
@@ -187,19 +189,21 @@ def test_offline_training_serves_nothing(tmp_path):
 
 
 def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path):
-    """rollout.engine_compile / prefill_budget / cache_gb -> the job's gateway settings -> the engine the trainer
-    serves."""
+    """rollout.engine_compile / prefill_budget / engine_exact / cache_gb -> the job's gateway settings -> the engine
+    the trainer serves."""
     from agentr1.gateway.backends import local_backend
     from agentr1.trainer.serving import gateway_settings
 
-    config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64, "cache_gb": 0.25})
+    config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64, "cache_gb": 0.25,
+                                             "engine_exact": False})
     settings = gateway_settings(config, model=tiny_model_path, run_id="r")
     assert (settings.engine_compile, settings.prefill_budget, settings.cache_gb) == (True, 64, 0.25)
+    assert settings.engine_exact is False
     backend = local_backend(settings)
     backend.start_sync()
     try:
         engine = backend._engine
-        assert engine.prefill_budget == 64 and engine.cache_bytes == 2**28
+        assert engine.prefill_budget == 64 and engine.cache_bytes == 2**28 and not engine.exact
         assert engine._decode_step is not engine._decode_forward  # the compiled step (compiled at its first call)
     finally:
         asyncio.run(backend.close())
@@ -207,7 +211,7 @@ def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path
     plain.start_sync()
     try:
         assert plain._engine._decode_step == plain._engine._decode_forward and plain._engine.prefill_budget == 1024
-        assert plain._engine.cache_bytes == 2**30  # the CPU's default
+        assert plain._engine.cache_bytes == 2**30 and plain._engine.exact  # the CPU's defaults
     finally:
         asyncio.run(plain.close())
 

@@ -46,6 +46,10 @@ class GatewaySettings(BaseSettings):
                                  "the first steps compile for 1.5-3.5 minutes). docs/benchmarks.md")
     prefill_budget: int | None = Field(None, ge=16, description="Local backend: prompt tokens per prefill forward "
                                        "(default 16,384 on a GPU, 1,024 on the CPU).")
+    engine_exact: bool | None = Field(None, description="Local backend: prefill one 16-token chunk per row and "
+                                      "forward, so that a reused prefix gives the same bits as a fresh prefill (default "
+                                      "on the CPU; off: a call's new prompt tokens in one forward, reuse exact up to float "
+                                      "rounding, far fewer prefill forwards). docs/benchmarks.md")
     cache_gb: float | None = Field(None, gt=0, description="Local backend: GiB for the KV cache (running rows and cached "
                                    "prefixes; default a quarter of the GPU memory free at start, 1 GiB on the CPU). Set "
                                    "it when several engines share one GPU: each default takes a quarter of what is left.")

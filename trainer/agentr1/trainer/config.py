@@ -246,16 +246,18 @@ class RolloutConfig(_Strict):
     launch_args: list[str] = Field(default_factory=list)  # more sglang.launch_server flags, e.g. ["--tp", "2"]
     launch_command: list[str] | None = None  # None: $AGENTR1_SGLANG_LAUNCH_COMMAND, else python -m sglang.launch_server
     launch_timeout_s: float = Field(_gateway_default("launch_timeout_s"), gt=0)  # seconds a server may take to be healthy
-    # name local: the embedded engine's options (GatewaySettings.engine_compile / prefill_budget / cache_gb)
+    # name local: the embedded engine's options (GatewaySettings.engine_compile / prefill_budget / engine_exact / cache_gb)
     engine_compile: bool = False  # torch.compile the decode step (GPU: faster steps after minutes of compiling)
     prefill_budget: int | None = Field(None, ge=16)  # prompt tokens per prefill forward (None: the engine's default)
+    engine_exact: bool | None = None  # bit-exact prefix reuse, one 16-token chunk per prefill forward (None: on the CPU)
     cache_gb: float | None = Field(None, gt=0)  # GiB of KV cache (None: a quarter of the free GPU memory; 1 on the CPU)
 
     @model_validator(mode="after")
     def _servers(self) -> RolloutConfig:
         launch_options = sorted(k for k, f in type(self).model_fields.items()  # not at their defaults
                                 if k.startswith("launch_") and getattr(self, k) != f.get_default(call_default_factory=True))
-        engine_options = [k for k in ("engine_compile", "prefill_budget", "cache_gb") if getattr(self, k) not in (False, None)]
+        engine_options = [k for k in ("engine_compile", "prefill_budget", "engine_exact", "cache_gb")
+                          if getattr(self, k) != type(self).model_fields[k].default]
         if engine_options and self.name != "local":
             raise ValueError(f"actor_rollout_ref.rollout.{engine_options[0]} is an option of the embedded engine "
                              f"(name local), not of the {self.name} servers")

@@ -76,7 +76,8 @@ class Trainer:
         self.scorer = Scorer.for_job(cfg, self.store, self.state.run_id)  # reward functions (+ judge)
         self.groups = GroupCompleter(cfg)  # failed members: incomplete groups dropped or resampled
         self.serving: Serving | None = None
-        self._engine_mark: dict[str, float] = {}  # the engine's counters when the current step's window began
+        # the engine's counters and the clock when the current step's window began
+        self._engine_mark: tuple[float, dict[str, float]] = (time.monotonic(), {})
         if cfg.offline is not None:  # train on stored sessions: no serving, no rollouts, no evaluation
             # the selection as of the run's first start, so the resumed cursor points at the same groups
             self.state.offline_as_of = self.state.offline_as_of or dt.datetime.now(dt.UTC).isoformat()
@@ -125,7 +126,7 @@ class Trainer:
         # the held-out evaluation before training runs beside the first step's rollout (both are sampled
         # from the starting policy, one engine batch serves them) and ends before the first update
         before: asyncio.Task[dict[str, float]] | None = None
-        self._engine_mark = self.serving.engine_counters() if self.serving is not None else {}
+        self._engine_mark = (time.monotonic(), self.serving.engine_counters() if self.serving is not None else {})
         if self.state.step == 0 and self.val_tasks:
             before = asyncio.create_task(self.evaluate())
         try:
@@ -200,9 +201,9 @@ class Trainer:
         if step == cfg.total_training_steps and self.val_tasks:
             metrics.update(await self.evaluate())
         if self.serving is not None:
-            counters = self.serving.engine_counters()
-            metrics.update(engine_metrics(self._engine_mark, counters, metrics.get("perf/step_s")))
-            self._engine_mark = counters  # the next step's window starts here
+            now, counters = time.monotonic(), self.serving.engine_counters()
+            metrics.update(engine_metrics(self._engine_mark[1], counters, now - self._engine_mark[0]))
+            self._engine_mark = (now, counters)  # the next step's window starts here
         self.tracker.log(step, metrics)
         if (cfg.save_freq and step % cfg.save_freq == 0) or step == cfg.total_training_steps:
             save_checkpoint(self.out_dir, self.engine, self.state)
@@ -230,15 +231,15 @@ class Trainer:
         self.store.close()
 
 
-def engine_metrics(before: dict[str, float], after: dict[str, float], step_s: float | None) -> dict[str, float]:
-    """``engine/*``: what the embedded engine did between two counter readings (a step, its rollout and
-    evaluations together): forward passes, decode steps, prompt tokens prefilled and cached, tokens
-    generated, busy seconds, and ``engine/busy_share`` of the step's wall time (``step_s``). Empty when
-    the backend keeps no counters."""
+def engine_metrics(before: dict[str, float], after: dict[str, float], wall_s: float) -> dict[str, float]:
+    """``engine/*``: what the embedded engine did between two counter readings ``wall_s`` seconds apart (a
+    step with its rollout, update and evaluations): forward passes, decode steps, prompt tokens prefilled
+    and cached, tokens generated, busy seconds, and ``engine/busy_share`` of the wall time. Empty when the
+    backend keeps no counters."""
     out = {f"engine/{name}": value - before.get(name, 0.0) for name, value in after.items()
            if name != "max_batch_rows"}
-    if out and step_s:
-        out["engine/busy_share"] = out["engine/busy_s"] / step_s
+    if out and wall_s > 0:
+        out["engine/busy_share"] = out["engine/busy_s"] / wall_s
     return out
 
 

@@ -130,7 +130,8 @@ def gateway_settings(cfg: JobConfig, *, model: Path | str, run_id: str, log_dir:
                            backend=rollout.name, backend_urls=list(rollout.urls), device=cfg.trainer.device,
                            served_model_name="policy" if local else None,
                            max_batch_size=max(32, rollout.max_concurrency), engine_compile=rollout.engine_compile,
-                           prefill_budget=rollout.prefill_budget, cache_gb=rollout.cache_gb, **launch)
+                           prefill_budget=rollout.prefill_budget, engine_exact=rollout.engine_exact,
+                           cache_gb=rollout.cache_gb, **launch)
 
 
 def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_from: Path, *, run_id: str,

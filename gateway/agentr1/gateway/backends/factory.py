@@ -59,6 +59,6 @@ def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_
 
     return LocalBackend(resolve_model(settings.model), device=settings.device, max_batch_size=settings.max_batch_size,
                         model_name=settings.served_model_name, policy_version=policy_version,
-                        compile=settings.engine_compile, prefill_budget=settings.prefill_budget,
+                        compile=settings.engine_compile, prefill_budget=settings.prefill_budget, exact=settings.engine_exact,
                         cache_bytes=None if settings.cache_gb is None else int(settings.cache_gb * 2**30),
                         engine_process=engine_process)
