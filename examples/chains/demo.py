@@ -10,7 +10,8 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
    SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
 
-Status (2026-12-03, session 13): the doubling made sure, memory within the bar, the time not. The RL stage trains
+Status (2026-12-03, session 14): the doubling made sure, memory within the bar, the time not (10.7 min: 6/32 -> 24/32,
+5.1 GB, with the engine's prefill in whole segments, ``rollout.engine_exact: false``). Session 13: the RL stage trains
 on ``make_demo_tasks`` with the outcome alone as the reward (held-out chains sampled under per-chain seeds, each call
 of an episode under its own), 3 chains x 8 samples a step for 3 steps at lr 2e-5 in mini-batches of 2, learning
 only from the samples that beat their group (``algorithm.advantage_floor: 0``). From the SFT checkpoint's 6/32:
