@@ -160,9 +160,9 @@ def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0
             "load": load}
 
 
-def start(module: Any, args: argparse.Namespace) -> Any:
+def start(module: Any, args: argparse.Namespace, **options: Any) -> Any:
     backend = module.LocalBackend(resolve_model(args.model), device=args.device,
-                                  max_batch_size=max(args.concurrency), num_threads=args.threads or None)
+                                  max_batch_size=max(args.concurrency), num_threads=args.threads or None, **options)
     backend.start_sync()
     return backend
 
@@ -179,12 +179,18 @@ async def main() -> None:
     parser.add_argument("--system-tokens", type=int, default=0, help="a shared system message of about N tokens")
     parser.add_argument("--before", default="", help="also run the local engine of this git commit")
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
+    parser.add_argument("--inexact", action="store_true",
+                        help="also run this tree's engine with exact=False (a call's new prompt tokens in one forward)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)  # for the baseline; the engines' workers set their own
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     engines: dict[str, Any] = {"local (this tree)": sys.modules[LocalBackend.__module__]}
+    options: dict[str, dict[str, Any]] = {}
+    if args.inexact:
+        engines["local (this tree, exact off)"] = engines["local (this tree)"]
+        options["local (this tree, exact off)"] = {"exact": False}
     if args.before:
         engines = {f"local @ {args.before}": engine_at(args.before), **engines}
     base = {name: importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".base")
@@ -195,7 +201,7 @@ async def main() -> None:
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for _ in range(args.repeat):
         for name, module in engines.items():
-            backend = start(module, args)
+            backend = start(module, args, **options.get(name, {}))
             await sessions_run(backend, base[name], 1, 1, 4)  # warm-up
             for concurrency in args.concurrency:
                 run = await sessions_run(backend, base[name], concurrency, args.turns, args.tokens, args.system_tokens)
