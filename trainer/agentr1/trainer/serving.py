@@ -88,7 +88,7 @@ class Serving:
         tokens prefilled and served from cached prefixes, tokens generated, busy seconds); empty for
         a backend that keeps none (SGLang, vLLM)."""
         stats = getattr(self.backend, "stats", None)
-        if stats is None or not is_dataclass(stats) or isinstance(stats, type):
+        if not is_dataclass(stats) or isinstance(stats, type):
             return {}
         return {name: float(value) for name, value in asdict(stats).items()}
 
