@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 from e2e_agent import make_tasks
 from pydantic import ValidationError
 
@@ -176,6 +177,9 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
     ({"prefill_budget": 8}, "greater than or equal to 16"),
     ({"name": "sglang", "urls": ["http://a:1"], "engine_exact": False},
      "engine_exact is an option of the embedded engine \\(name local\\), not of the sglang servers"),
+    ({"name": "vllm", "urls": ["http://a:1"], "engine_dtype": "bfloat16"},
+     "engine_dtype is an option of the embedded engine \\(name local\\), not of the vllm servers"),
+    ({"engine_dtype": "bf16"}, "'auto', 'float32', 'bfloat16' or 'float16'"),
 ])
 def test_rollout_server_config_errors_are_clear(tmp_path, rollout, message):
     with pytest.raises(ValidationError, match=message):
@@ -189,22 +193,23 @@ def test_offline_training_serves_nothing(tmp_path):
 
 
 def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path):
-    """rollout.engine_compile / prefill_budget / engine_exact / cache_gb -> the job's gateway settings -> the engine
-    the trainer serves."""
+    """rollout.engine_compile / prefill_budget / engine_exact / cache_gb / engine_dtype -> the job's gateway settings
+    -> the engine the trainer serves."""
     from agentr1.gateway.backends import local_backend
     from agentr1.trainer.serving import gateway_settings
 
     config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64, "cache_gb": 0.25,
-                                             "engine_exact": False})
+                                             "engine_exact": False, "engine_dtype": "bfloat16"})
     settings = gateway_settings(config, model=tiny_model_path, run_id="r")
     assert (settings.engine_compile, settings.prefill_budget, settings.cache_gb) == (True, 64, 0.25)
-    assert settings.engine_exact is False
+    assert settings.engine_exact is False and settings.engine_dtype == "bfloat16"
     backend = local_backend(settings)
     backend.start_sync()
     try:
         engine = backend._engine
         assert engine.prefill_budget == 64 and engine.cache_bytes == 2**28 and not engine.exact
         assert engine._decode_step is not engine._decode_forward  # the compiled step (compiled at its first call)
+        assert backend.model.dtype == torch.bfloat16 and engine.cache.dtype == torch.bfloat16
     finally:
         asyncio.run(backend.close())
     plain = local_backend(gateway_settings(job(tmp_path, tiny_model_path, {}), model=tiny_model_path, run_id="r"))
@@ -212,6 +217,7 @@ def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path
     try:
         assert plain._engine._decode_step == plain._engine._decode_forward and plain._engine.prefill_budget == 1024
         assert plain._engine.cache_bytes == 2**30 and plain._engine.exact  # the CPU's defaults
+        assert plain.model.dtype == torch.float32
     finally:
         asyncio.run(plain.close())
 

@@ -261,7 +261,7 @@ def engine_config(cfg: JobConfig) -> Any:
         ppo_mini_batch_size=actor.ppo_mini_batch_size or None,
         ppo_micro_batch_size_per_gpu=actor.ppo_micro_batch_size_per_gpu or None,
         ppo_max_token_len_per_gpu=actor.ppo_max_token_len_per_gpu, gradient_checkpointing=actor.gradient_checkpointing,
-        device=cfg.trainer.device,
+        param_dtype=actor.param_dtype, device=cfg.trainer.device,
         critic=get_adv_estimator(cfg.algorithm.adv_estimator).needs_values, seed=cfg.trainer.seed,
         critic_lr=cfg.critic.optim.lr, critic_warmup_steps=cfg.critic.optim.lr_warmup_steps,
         cliprange_value=cfg.critic.cliprange_value,

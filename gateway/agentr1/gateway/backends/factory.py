@@ -61,4 +61,5 @@ def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_
                         model_name=settings.served_model_name, policy_version=policy_version,
                         compile=settings.engine_compile, prefill_budget=settings.prefill_budget, exact=settings.engine_exact,
                         cache_bytes=None if settings.cache_gb is None else int(settings.cache_gb * 2**30),
+                        dtype=settings.engine_dtype,
                         engine_process=engine_process)
