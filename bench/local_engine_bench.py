@@ -6,6 +6,7 @@ against an earlier commit's engine (and plain HF ``generate``), all in one run.
     .venv/bin/python bench/local_engine_bench.py --concurrency 16 --turns 3 --threads 1 --before 621589b
     .venv/bin/python bench/local_engine_bench.py --tokens 64 --device cuda --concurrency 1 32 128
     .venv/bin/python bench/local_engine_bench.py --system-tokens 232 --turns 3 --tokens 32 --concurrency 16 32 --before 52c035a
+    .venv/bin/python bench/local_engine_bench.py --system-tokens 232 --turns 3 --tokens 32 --concurrency 48 --inexact --bfloat16
 
 Each session is a chat of its own, sampled at temperature 1 with a seed, up to --tokens new
 tokens per turn (it may stop earlier at <|im_end|>; only generated tokens count). With --turns N
@@ -181,6 +182,8 @@ async def main() -> None:
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
     parser.add_argument("--inexact", action="store_true",
                         help="also run this tree's engine with exact=False (a call's new prompt tokens in one forward)")
+    parser.add_argument("--bfloat16", action="store_true",
+                        help="also run this tree's engine in bfloat16 (with --inexact: exact off too)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)  # for the baseline; the engines' workers set their own
@@ -191,6 +194,10 @@ async def main() -> None:
     if args.inexact:
         engines["local (this tree, exact off)"] = engines["local (this tree)"]
         options["local (this tree, exact off)"] = {"exact": False}
+    if args.bfloat16:
+        name = "local (this tree, bfloat16" + (", exact off)" if args.inexact else ")")
+        engines[name] = engines["local (this tree)"]
+        options[name] = {"dtype": "bfloat16", **({"exact": False} if args.inexact else {})}
     if args.before:
         engines = {f"local @ {args.before}": engine_at(args.before), **engines}
     base = {name: importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".base")

@@ -10,14 +10,14 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
    SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
 
-Status (2026-12-03, session 14): the doubling made sure, memory within the bar, the time not (10.7 min: 6/32 -> 24/32,
-5.1 GB, with the engine's prefill in whole segments, ``rollout.engine_exact: false``). Session 13: the RL stage trains
-on ``make_demo_tasks`` with the outcome alone as the reward (held-out chains sampled under per-chain seeds, each call
-of an episode under its own), 3 chains x 8 samples a step for 3 steps at lr 2e-5 in mini-batches of 2, learning
-only from the samples that beat their group (``algorithm.advantage_floor: 0``). From the SFT checkpoint's 6/32:
-30/32 in 12.8 min (5.47 GiB) and, without the mmap setting, 30/32 in 14.1 min (4.6 GiB). A 2 x 8 variant:
-6 -> 15 of 32 in 11.0 min. The stages run with glibc's mmap threshold at 4 MiB (:func:`_stage_env`). Before session 13 the held-out numbers were biased upward (one seed replayed at every call
-of an episode; docs/results.md, "The laptop demo").
+Status (2026-12-04, session 15): the laptop bar is met. Four runs on a 2-core VM: 2-4/32 -> 21-29/32 held-out in
+5.1-5.6 min, 4.7 GiB, with the RL stage in bfloat16 (``rollout.engine_dtype`` and ``actor.param_dtype`` in demo.yaml;
+on a CPU without AVX-512 BF16 or AMX the driver passes float32 instead, :func:`cpu_has_bfloat16_matmuls`). Session 14:
+10.7 min in float32. The RL stage trains on ``make_demo_tasks`` with the outcome alone as the reward (held-out chains
+sampled under per-chain seeds, each call of an episode under its own), 3 chains x 8 samples a step for 3 steps at lr
+2e-5 in mini-batches of 2, learning only from the samples that beat their group (``algorithm.advantage_floor: 0``).
+The stages run with glibc's mmap threshold at 4 MiB (:func:`_stage_env`). Before session 13 the held-out numbers were
+biased upward (one seed replayed at every call of an episode; docs/results.md, "The laptop demo").
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sft_checkpoint = _latest(out / "sft")
     if args.device == "cpu" and not cpu_has_bfloat16_matmuls():  # demo.yaml's bfloat16 would be emulated: float32
         args.overrides = [*FLOAT32_OVERRIDES, *args.overrides]  # (the user's overrides still win)
-        print("   (this CPU has no bfloat16 matrix products (AVX-512 BF16 / AMX): RL in float32, about twice as slow)")
+        print("   (this CPU has no bfloat16 matrix products (AVX-512 BF16 / AMX): RL in float32, about twice as long)")
     dtype = next((o.split("=", 1)[1] for o in reversed(args.overrides)
                   if o.startswith("actor_rollout_ref.rollout.engine_dtype=")), "bfloat16")
     _run(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
