@@ -226,3 +226,24 @@ def test_config_names_come_from_verl_registries():
     for name in ("gspo", "cispo", "clip_cov", "kl_cov", "geo_mean", "sapo"):
         PolicyEngineConfig(loss_mode=name).validate()
     assert PolicyEngineConfig.from_dict({"lr": 2e-6, "betas": [0.9, 0.95]}).betas == (0.9, 0.95)
+
+
+def test_bf16_compute_updates_like_float32_within_rounding_and_keeps_float32_weights(tiny_model_path):
+    """``actor.param_dtype: bf16`` (verl's mixed precision; the laptop demo's setting on a CPU with bfloat16
+    matrix products): the job's setting reaches the engine, log-probs and the loss carry bfloat16's rounding, and
+    the weights the serving engine receives stay float32."""
+    from agentr1.trainer.config import JobConfig
+    from agentr1.trainer.loop import engine_config
+
+    job = JobConfig.model_validate({"agent": {"entrypoint": "m:f"},
+                                    "actor_rollout_ref": {"actor": {"param_dtype": "bf16"}}})
+    assert engine_config(job).param_dtype == "bf16"
+    assert engine_config(JobConfig.model_validate({"agent": {"entrypoint": "m:f"}})).param_dtype == "auto"
+    rows = ragged_rows()
+    full, half = engine(tiny_model_path, lr=1e-3), engine(tiny_model_path, lr=1e-3, param_dtype="bf16")
+    differences = [abs(a - b) for want, got in zip(full.compute_logprobs(rows), half.compute_logprobs(rows), strict=True)
+                   for a, b in zip(want, got, strict=True)]
+    assert 1e-5 < max(differences) < 0.1  # bfloat16's rounding: not float32's bits, not another model
+    losses = [e.update(rows)["actor/pg_loss"] for e in (full, half)]
+    assert losses[1] == pytest.approx(losses[0], abs=0.05)
+    assert {t.dtype for t in half.state_dict_for_serving().values()} == {torch.float32}
