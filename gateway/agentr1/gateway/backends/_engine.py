@@ -7,7 +7,8 @@ is one forward of one token per slot (slots ``0..B-1``; on a GPU replayed from a
 to the host per step. New requests are prefilled between decode steps and join the running batch;
 finished ones leave it at once and their results are delivered right away.
 
-Prefix reuse: prompts are prefilled in chunks aligned to multiples of :data:`CHUNK` positions, and
+Slots (:class:`~._slots.SlotTable`): which slot each running row and each cached prefix holds. Prefix reuse:
+prompts are prefilled in chunks aligned to multiples of :data:`CHUNK` positions, and
 the full chunks of a finished request's prompt are copied to an idle slot at the top of the cache,
 an entry of a :class:`~._prefix.PrefixIndex` (least recently used entries are evicted). A later
 prompt that starts with those ids (the next turn of an agent session, a resample, the other
@@ -34,25 +35,21 @@ import torch
 
 from ._grammar import grammar_mask
 from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
-from ._images import image_token_id, prompt_embeds, reusable_length, segment_inputs
-from ._prefix import MIN_REUSE, PrefixIndex
+from ._images import image_token_id, prompt_embeds, segment_inputs
+from ._prefix import CHUNK
 from ._rows import EngineStats, Row, Sink, end_token_ids, pad_token_id
 from ._sampling import Sampled, SamplingBatch, row_key, sample_batch, to_host
 from ._slot_cache import SlotCache, attention_kernels
+from ._slots import SlotTable, round_up
 from .base import BackendError, GenerateResult
 
 __all__ = ["CHUNK", "BatchEngine", "EngineStats", "Row", "Sink", "end_token_ids", "pad_token_id"]
 
 log = logging.getLogger(__name__)
 
-CHUNK = 16  # prefill chunk grid; reused prefixes end on it (16 rows keep CPU matmuls row-invariant)
 CPU_LENGTH_STEP = 64
 
 Segment = tuple[Row, int, int]  # a row's prompt positions start..end-1, prefilled in one forward
-
-
-def _round_up(n: int, step: int) -> int:
-    return -(-n // step) * step
 
 
 def _share_segments(segments: list[Segment]) -> tuple[list[Segment], list[int]]:
@@ -114,10 +111,9 @@ class BatchEngine:
         if cache_bytes is None:
             cache_bytes = (torch.cuda.mem_get_info(self.device)[0] // 4) if gpu else 1 << 30
         self.cache_bytes = cache_bytes
-        self.max_slots = 2 * max_batch_size  # active rows + as many idle prefixes
-        self.prefixes = PrefixIndex()
+        self.slot_table = SlotTable(self.cache, max_slots=2 * max_batch_size, cache_bytes=cache_bytes,
+                                    max_context=max_context, prefix_cache=prefix_cache, image_id=self.image_id)
         self.rows: list[Row] = []
-        self.slot_rows: list[Row | None] = []
         self._decode_step = self._decode_forward
         if compile:  # inductor fuses the step's small kernels; rows and attended length stay symbolic, so
             # it compiles twice (one row, which torch specialises, and any other count), not once per shape
@@ -143,10 +139,11 @@ class BatchEngine:
         if not rows:
             return
         try:
-            self._reserve(rows)
+            if self.slot_table.reserve(self.rows, rows):
+                self._new_buffers()
             for row in rows:
                 row.key = row_key(row.sampling)
-                self._claim_slot(row)
+                self.slot_table.claim(row)
                 if row.multimodal is not None:  # images: the prompt is fed as embeddings with their features
                     row.embeds = prompt_embeds(self.model, row.prompt_ids, row.multimodal, self.image_id)
             self._run_prefill(rows)
@@ -155,7 +152,7 @@ class BatchEngine:
         except Exception as exc:  # the running batch is untouched: only the newcomers fail
             log.exception("local engine: prefill of %d request(s) failed", len(rows))
             for row in rows:
-                self._release(row, keep=False)
+                self.slot_table.release(row, keep=False)
             self._fail(rows, exc)
             return
         self.rows.extend(rows)
@@ -171,7 +168,7 @@ class BatchEngine:
             top = max(r.slot for r in rows) + 1
             batch = row_bucket(top, self.cache.slots) if self._graphs is not None else top
             longest = max(len(r.prompt_ids) + len(r.output_ids) for r in rows)
-            kv_len = min(_round_up(longest, self.length_step), self.cache.scratch)
+            kv_len = min(round_up(longest, self.length_step), self.cache.scratch)
             ids, pos, steps = [self.pad_id] * batch, [self.cache.scratch] * batch, [0] * batch
             for r in rows:
                 ids[r.slot], pos[r.slot] = r.output_ids[-1], len(r.prompt_ids) + len(r.output_ids) - 1
@@ -211,51 +208,17 @@ class BatchEngine:
     def reset(self) -> None:
         """Forget every row and cached prefix (after a failure)."""
         self.rows = []
-        self.slot_rows = [None] * self.cache.slots
-        self.prefixes.clear()
+        self.slot_table.reset()
         self._sampling = None
 
     def forget_prefixes(self) -> None:
         """Drop the cached prefixes: their keys and values belong to the weights they came from."""
-        self.prefixes.clear()
+        self.slot_table.prefixes.clear()
 
-    # -- slots ----------------------------------------------------------------------------
-
-    def _reserve(self, rows: list[Row]) -> None:
-        """Grow the cache (and re-pack it) when the newcomers need more slots or positions: as many
-        slots as twice the running rows (room for as many cached prefixes), within ``cache_bytes``."""
-        everyone = self.rows + rows
-        need = min(max(len(r.prompt_ids) + r.sampling.max_new_tokens for r in everyone), self.max_context)
-        capacity = self.cache.capacity
-        longer = _round_up(need, LENGTH_STEP) + 1 > capacity
-        if longer:  # grow by half at least, up to the model's context
-            grown = min(_round_up(capacity * 3 // 2, LENGTH_STEP), _round_up(self.max_context, LENGTH_STEP)) + 1
-            capacity = max(_round_up(need, LENGTH_STEP) + 1, grown if capacity else 0)
-        budget = max(8, self.cache_bytes // (capacity * self.cache.bytes_per_token))
-        slots = max(len(everyone), min(self.max_slots, _round_up(2 * len(everyone), 8), budget))
-        if not longer and slots <= self.cache.slots:
-            return
-        self._repack(slots if longer else max(slots, self.cache.slots), capacity)
-
-    def _repack(self, slots: int, capacity: int) -> None:
-        """Reallocate the cache: running rows at the bottom (slots 0..), idle prefixes at the top."""
-        moves: dict[int, int] = {}
-        for row in sorted(self.rows, key=lambda r: r.slot):
-            moves[row.slot] = len(moves)
-        idle = list(reversed(self.prefixes.slots()))[: slots - len(moves)]  # newest first
-        kept = {s: self.prefixes.tokens(s) for s in idle}
-        for i, slot in enumerate(idle):
-            moves[slot] = slots - 1 - i
-        self.cache.resize(slots, capacity, moves)
-        self.prefixes.clear()
-        for slot in reversed(idle):
-            self.prefixes.add(moves[slot], kept[slot])
-        for row in self.rows:
-            row.slot = moves[row.slot]
-        self.slot_rows = [None] * slots
-        for row in self.rows:
-            self.slot_rows[row.slot] = row
-        device = self.device
+    def _new_buffers(self) -> None:
+        """The decode step's input buffers for the cache's new size (after :meth:`SlotTable.reserve` re-packed
+        it: rows may have moved, captured graphs read the old tensors)."""
+        slots, capacity, device = self.cache.slots, self.cache.capacity, self.device
         self._ids = torch.zeros((slots, 1), dtype=torch.long, device=device)
         self._pos = torch.zeros(slots, dtype=torch.long, device=device)
         self._slot_ids = torch.arange(slots, dtype=torch.long, device=device)
@@ -263,84 +226,6 @@ class BatchEngine:
         self._sampling = None
         if self._graphs is not None:
             self._graphs.clear()
-        log.info("local engine: KV cache %d slots x %d positions (%.2f GB)", slots, capacity,
-                 slots * capacity * self.cache.bytes_per_token / 1e9)
-
-    def _free_slots(self) -> list[int]:
-        return [s for s, r in enumerate(self.slot_rows) if r is None and s not in self.prefixes]
-
-    def _claim_slot(self, row: Row) -> None:
-        """Give ``row`` the lowest slot without a running row and copy in the longest cached prefix of its
-        prompt. Running rows stay packed at the bottom, since a decode step covers slots ``0..top``: when that
-        lowest slot holds an idle prefix, the prefix moves up (to the highest free slot, else over the least
-        recently used prefix, or it trades places with the prefix this row continues) instead of the row."""
-        best, reuse = None, 0
-        if self.prefix_cache:
-            best, shared = self.prefixes.longest(row.prompt_ids)
-            reuse = (min(shared, len(row.prompt_ids) - 1, reusable_length(row.prompt_ids, self.image_id))
-                     // CHUNK) * CHUNK
-            if best is None or reuse < MIN_REUSE:
-                best, reuse = None, 0
-        free = self._free_slots()
-        idle = self.prefixes.slots()  # least recently used first
-        if not free and not idle:  # _reserve sized the cache for every row: a bug if reached
-            raise RuntimeError("local engine: no KV cache slot left for a new row")
-        slot = min(free[:1] + idle)
-        if slot in self.prefixes:  # an idle prefix sits in the lowest open slot
-            if free:  # it moves to the highest free slot (a row that continues it finds its keys in place)
-                self._move_prefix(slot, free[-1])
-                best = None if best == slot else best
-            elif best is not None and best != slot:  # the two prefixes trade places; the row consumes its own
-                self.cache.swap_prefixes(slot, best, max(reuse, len(self.prefixes.tokens(slot))))
-                self.prefixes.remove(best)
-                self.prefixes.add(best, self.prefixes.remove(slot) or [])
-                best = None  # its keys are in place now
-            elif best == slot:  # the row continues this prefix in place
-                self.prefixes.remove(slot)
-                best = None
-            elif idle[0] != slot:  # nothing to continue: it takes the least recently used prefix's place
-                self._move_prefix(slot, idle[0])
-            else:
-                self.prefixes.remove(slot)
-        if best is not None and best != slot:
-            self.cache.copy_prefix(best, slot, reuse)
-            self.prefixes.touch(best)  # it stays cached: other rows may share it (a group, a retry)
-        row.slot, row.cached = slot, reuse
-        self.slot_rows[slot] = row
-
-    def _move_prefix(self, source: int, target: int) -> None:
-        """Copy the idle prefix at ``source`` to ``target`` (dropping what ``target`` held) and index it there;
-        ``source`` is left to a running row (its keys and values stay as they are)."""
-        tokens = self.prefixes.remove(source) or []
-        self.prefixes.remove(target)
-        self.cache.copy_prefix(source, target, len(tokens))
-        self.prefixes.add(target, tokens)
-
-    def _release(self, row: Row, *, keep: bool) -> None:
-        """Free ``row``'s slot; with ``keep``, its prompt's full chunks are cached as a prefix (in the
-        highest free slot, replacing a cached prefix it extends, else the least recently used one)."""
-        slot = row.slot
-        if slot < 0 or slot >= len(self.slot_rows) or self.slot_rows[slot] is not row:
-            return
-        self.slot_rows[slot] = None
-        row.slot = -1
-        row.embeds = None
-        tokens = row.prompt_ids[: (reusable_length(row.prompt_ids, self.image_id) // CHUNK) * CHUNK]
-        if not (keep and self.prefix_cache and len(tokens) >= MIN_REUSE):
-            return
-        best, shared = self.prefixes.longest(tokens)
-        if best is not None and shared == len(tokens):
-            self.prefixes.touch(best)  # already cached (this prefix or a longer one)
-            return
-        if best is not None and shared == len(self.prefixes.tokens(best)):
-            target = best  # the previous turn of the same session: replace it
-        else:
-            free = self._free_slots()
-            target = free[-1] if free else self.prefixes.slots()[0]
-        self.prefixes.remove(target)
-        if target != slot:
-            self.cache.copy_prefix(slot, target, len(tokens))
-        self.prefixes.add(target, tokens)
 
     # -- prefill --------------------------------------------------------------------------
 
@@ -406,7 +291,7 @@ class BatchEngine:
         last bits depend on its row count)."""
         width = CHUNK if self.exact else max(end - start for _, start, end in segments)
         top = max(end for _, _, end in segments)
-        kv_len = _round_up(top, CHUNK) if self.exact else min(_round_up(top, self.length_step), self.cache.scratch)
+        kv_len = round_up(top, CHUNK) if self.exact else min(round_up(top, self.length_step), self.cache.scratch)
         count = len(segments)
         ids = torch.full((count, width), self.pad_id, dtype=torch.long)
         pos = torch.zeros((count, width), dtype=torch.long)
@@ -507,7 +392,7 @@ class BatchEngine:
         self.rows = [r for r in self.rows if id(r) not in gone]
         self._sampling = None
         for row in rows:
-            self._release(row, keep=keep)
+            self.slot_table.release(row, keep=keep)
             if deliver:
                 self._deliver(row)
 

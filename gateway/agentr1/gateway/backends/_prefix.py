@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["MIN_REUSE", "PrefixIndex", "common_prefix"]
+__all__ = ["CHUNK", "MIN_REUSE", "PrefixIndex", "common_prefix"]
 
+CHUNK = 16  # the engine's prefill chunk grid; reused prefixes end on it (16 rows keep CPU matmuls row-invariant)
 MIN_REUSE = 16  # shorter shared prefixes are not worth a lookup (and key the buckets)
 
 
