@@ -125,6 +125,7 @@ def summarize(out: Path) -> dict[str, Any]:
         "after_episodes": _episode_stats(out / "traces.db", str(last_step)),
         "train_success": [h.get("success/train") for h in history if "success/train" in h],
         "rl_steps": last_step,
+        "engine_dtype": json.loads((out / "rl" / "config.json").read_text())["actor_rollout_ref"]["rollout"]["engine_dtype"],
         "checkpoint": str(_latest(out / "rl")),
         "curves": str(out / "rl" / "curves.png"), "sft_curves": str(out / "sft" / "curves.png"),
     }
@@ -166,8 +167,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.device == "cpu" and not cpu_has_bfloat16_matmuls():  # demo.yaml's bfloat16 would be emulated: float32
         args.overrides = [*FLOAT32_OVERRIDES, *args.overrides]  # (the user's overrides still win)
         print("   (this CPU has no bfloat16 matrix products (AVX-512 BF16 / AMX): RL in float32, about twice as long)")
-    dtype = next((o.split("=", 1)[1] for o in reversed(args.overrides)
-                  if o.startswith("actor_rollout_ref.rollout.engine_dtype=")), "bfloat16")
     _run(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
          "held-out success again",
          [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft_checkpoint}",
@@ -175,8 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"data.val_size={args.val}", f"trainer.device={args.device}", *args.overrides], out / "rl.log", stages)
 
     summary = summarize(out)
-    summary.update(demos=args.demos, sft_checkpoint=str(sft_checkpoint), engine_dtype=dtype,
-                   wall_s=round(time.monotonic() - started, 1),
+    summary.update(demos=args.demos, sft_checkpoint=str(sft_checkpoint), wall_s=round(time.monotonic() - started, 1),
                    cpu_s=round(_cpu_s(), 1), stages=stages,
                    peak_rss_gb=round(_peak_rss_gb(), 2), load_average=os.getloadavg(), db=db)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -110,7 +110,6 @@ class BatchEngine:
         self.cache = SlotCache(model.config, self.device, self.dtype)
         if cache_bytes is None:
             cache_bytes = (torch.cuda.mem_get_info(self.device)[0] // 4) if gpu else 1 << 30
-        self.cache_bytes = cache_bytes
         self.slot_table = SlotTable(self.cache, max_slots=2 * max_batch_size, cache_bytes=cache_bytes,
                                     max_context=max_context, prefix_cache=prefix_cache, image_id=self.image_id)
         self.rows: list[Row] = []
@@ -121,6 +120,11 @@ class BatchEngine:
         self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and cuda_graphs else None
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)
+
+    @property
+    def cache_bytes(self) -> int:
+        """The KV cache's bound in bytes (running rows and cached prefixes)."""
+        return self.slot_table.cache_bytes
 
     # -- the two kinds of step ------------------------------------------------------------
 
