@@ -1,5 +1,6 @@
 """GPU decode speed of the local engine against plain transformers ``generate``, all in one run,
-then the engine's exactness checks (tests/backends/test_engine_exactness.py) on the same GPU.
+then the engine's exactness checks (tests/backends/test_engine_exactness.py, test_engine_overlap.py) on the
+same GPU.
 
     python3 bench/engine_gpu_bench.py --tokenizer .benchtok --out $OUT/engine_gpu.jsonl
 
@@ -103,14 +104,15 @@ def record(out: Path, row: dict[str, Any]) -> None:
 
 
 def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Path, *, compile: bool,
-                prefill_budget: int | None = None) -> None:
+                prefill_budget: int | None = None, overlap: bool = True) -> None:
     """The engine's rows (never cut by --budget-s: they are what is measured). ``prefill_budget``: the
-    engine's tokens per prefill forward (None: its default), named in the row when given."""
-    name = "agentr1 local" + (" + torch.compile" if compile else "")
+    engine's tokens per prefill forward (None: its default), named in the row when given; ``overlap=False``:
+    every decode step read before the next is queued (the engine before its overlap)."""
+    name = "agentr1 local" + (" + torch.compile" if compile else "") + ("" if overlap else " (overlap off)")
     if prefill_budget is not None:
         name += f" (prefill budget {prefill_budget})"
     backend = local_backend(model_dir, device="cuda", dtype="bfloat16", max_batch_size=max(args.batches),
-                            compile=compile)
+                            compile=compile, overlap=overlap)
     backend.start_sync()
     if prefill_budget is not None:
         backend._engine.prefill_budget = prefill_budget
@@ -138,6 +140,8 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
     from transformers import AutoModelForCausalLM
 
     engine_rows(args, local_backend, model_dir, out, compile=False)
+    if args.overlap_off:
+        engine_rows(args, local_backend, model_dir, out, compile=False, overlap=False)
     for budget in args.prefill_budgets:  # the same engine with other prefill chunking, for comparison
         engine_rows(args, local_backend, model_dir, out, compile=False, prefill_budget=budget)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa")
@@ -154,6 +158,9 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
     torch.cuda.empty_cache()
     if args.compile:
         engine_rows(args, local_backend, model_dir, out, compile=True, prefill_budget=args.compile_prefill_budget)
+        if args.overlap_off:
+            engine_rows(args, local_backend, model_dir, out, compile=True, prefill_budget=args.compile_prefill_budget,
+                        overlap=False)
 
 
 def timed_phases(engine: Any) -> dict[str, dict[str, float]]:
@@ -200,6 +207,7 @@ def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
         check_prefix_reuse_is_exact,
         check_weight_sync_reaches_cached_prefixes,
     )
+    from test_engine_overlap import check_overlap_samples_what_reading_every_step_samples
     from test_one_token_attention import check_one_token_attention_matches_sdpa
 
     from agentr1.core.models import build_tiny_random_model
@@ -216,6 +224,8 @@ def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
         "prefix reuse: logprobs bit-exact": lambda: check_prefix_reuse_is_exact(tiny, "cuda", bit_exact=True),
         "weight sync drops prefixes, matches a fresh engine":
             lambda: check_weight_sync_reaches_cached_prefixes(tiny, other, "cuda"),
+        "overlap: same ids, stops and top alternatives as reading every step, logprobs within 2e-3":
+            lambda: check_overlap_samples_what_reading_every_step_samples(tiny, "cuda"),
     }
     for name, check in checks.items():
         try:
@@ -246,6 +256,8 @@ def main() -> None:
                         help="the compiled engine's tokens per prefill forward (default: the engine's)")
     parser.add_argument("--prefill-budgets", type=int, nargs="*", default=[],
                         help="also run the engine with these tokens per prefill forward")
+    parser.add_argument("--overlap-off", action="store_true",
+                        help="also run each engine with overlap off (every decode step read before the next)")
     parser.add_argument("--vocab", type=int, default=49152)
     args = parser.parse_args()
     local_backend = import_engine()

@@ -6,7 +6,8 @@
 #   engine_gpu.jsonl   one row per configuration and batch, the exactness checks first
 #   engine_bench.log   its output (profiler tables with --profile)
 # A call on a machine where it already ran only waits and copies. ENGINE_BENCH_ARGS replaces the default
-# arguments (the default engine, its 65,536-token prefill, the baseline, the compiled engine).
+# arguments (the default engine, the same with overlap off, the baseline, the compiled engine with and without
+# overlap).
 #   bash scripts/gpu/engine_bench.sh            # call 1 (carry .whl .tok), then again until "ended"
 set -uo pipefail
 source scripts/gpu/lib.sh
@@ -21,7 +22,7 @@ if [ ! -f "$work/started" ]; then
   # shellcheck disable=SC2086  # the arguments are words
   setsid bash -c 'python3 bench/engine_gpu_bench.py --tokenizer /tmp/agentr1-tok --out "$0/engine_gpu.jsonl" \
     --work "$0/models" $1 > "$0/engine_bench.log" 2>&1; touch "$0/ended"' "$work" \
-    "${ENGINE_BENCH_ARGS:---budget-s 600 --prefill-budgets 65536 --compile --compile-prefill-budget 65536}" \
+    "${ENGINE_BENCH_ARGS:---budget-s 600 --overlap-off --compile --compile-prefill-budget 65536}" \
     < /dev/null > /dev/null 2>&1 &
   echo "started: bench/engine_gpu_bench.py (log $work/engine_bench.log)"
 fi

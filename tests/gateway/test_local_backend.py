@@ -45,9 +45,14 @@ def started(path: Any, **kwargs: Any) -> LocalBackend:
     return backend
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model_path):
-    b = started(tiny_model_path, max_batch_size=16)
+# overlap: the engine queues a decode step before it reads the previous one (the default on a GPU); the
+# whole suite runs with it on and off on either device
+OVERLAP = pytest.mark.parametrize("overlap", [False, True], ids=["in-step", "overlap"])
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["in-step", "overlap"])
+def backend(tiny_model_path, request):
+    b = started(tiny_model_path, max_batch_size=16, overlap=request.param)
     yield b
     run(b.close())
 
@@ -315,8 +320,9 @@ def test_update_weights_bumps_the_version_and_changes_the_policy(tiny_model_path
         run(b.close())
 
 
-def test_a_failing_forward_fails_only_its_batch(tiny_model_path):
-    b = started(tiny_model_path)
+@OVERLAP
+def test_a_failing_forward_fails_only_its_batch(tiny_model_path, overlap):
+    b = started(tiny_model_path, overlap=overlap)
     fail_on: dict[str, bool] = {"prefill": False, "decode": False}
 
     def fault(module: Any, args: Any, kwargs: Any) -> None:

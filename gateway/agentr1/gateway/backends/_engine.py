@@ -7,6 +7,15 @@ is one forward of one token per slot (slots ``0..B-1``; on a GPU replayed from a
 to the host per step. New requests are prefilled between decode steps and join the running batch;
 finished ones leave it at once and their results are delivered right away.
 
+Overlap (``overlap``, on by default on a GPU): the host queues step k+1 before it reads step k's tokens, so
+the device decodes while the host appends, checks stops and delivers. Step k+1 takes its input ids from step
+k's sampled ids on the device and its positions from the host (a row's next position does not depend on the
+token). A row that step k finishes (an end token, a stop string) is decoded once more by step k+1 and that
+token is dropped; a row that step k brings to its token limit is left out of step k+1. Rows with a grammar
+(whose next mask needs the token before) and anything that changes the batch's slots (a prefill, a failure)
+read the step in flight first (:meth:`BatchEngine.drain`). What each row samples is unchanged: its draws
+depend on its key and output position only.
+
 Slots (:class:`~._slots.SlotTable`): which slot each running row and each cached prefix holds. Prefix reuse:
 prompts are prefilled in chunks aligned to multiples of :data:`CHUNK` positions, and
 the full chunks of a finished request's prompt are copied to an idle slot at the top of the cache,
@@ -29,6 +38,7 @@ are not reused: the next turn prefills them again (once).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,7 +48,7 @@ from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from ._images import image_token_id, prompt_embeds, segment_inputs
 from ._prefix import CHUNK
 from ._rows import EngineStats, Row, Sink, end_token_ids, pad_token_id
-from ._sampling import Sampled, SamplingBatch, row_key, sample_batch, to_host
+from ._sampling import HostCopy, Sampled, SamplingBatch, row_key, sample_batch, to_device, to_host
 from ._slot_cache import SlotCache, attention_kernels
 from ._slots import SlotTable, round_up
 from .base import BackendError, GenerateResult
@@ -50,6 +60,14 @@ log = logging.getLogger(__name__)
 CPU_LENGTH_STEP = 64
 
 Segment = tuple[Row, int, int]  # a row's prompt positions start..end-1, prefilled in one forward
+
+
+@dataclass(slots=True)
+class _Step:
+    """A decode step launched and not yet read: the rows it decodes and its tokens on their way to the host."""
+
+    rows: list[Row]
+    copy: HostCopy
 
 
 def _share_segments(segments: list[Segment]) -> tuple[list[Segment], list[int]]:
@@ -90,6 +108,7 @@ class BatchEngine:
         cuda_graphs: bool = True,
         compile: bool = False,
         prefill_budget: int | None = None,
+        overlap: bool | None = None,
     ) -> None:
         self.model = model
         self.image_id = image_token_id(model)  # a vision-language model's image placeholder (None: text only)
@@ -105,6 +124,7 @@ class BatchEngine:
         self.max_batch_size = max_batch_size
         self.prefix_cache = prefix_cache
         self.exact = (not gpu) if exact is None else exact
+        self.overlap = gpu if overlap is None else overlap  # on a CPU every op waits anyway: nothing to overlap
         self.prefill_budget = prefill_budget or (16384 if gpu else 1024)
         self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
         self.cache = SlotCache(model.config, self.device, self.dtype)
@@ -119,6 +139,7 @@ class BatchEngine:
             self._decode_step = torch.compile(self._decode_forward, dynamic=True)
         self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and cuda_graphs else None
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
+        self._in_flight: _Step | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)
 
     @property
@@ -139,6 +160,7 @@ class BatchEngine:
             self._decode()
 
     def _prefill(self, rows: list[Row]) -> None:
+        self.drain()  # newcomers take slots and may re-pack the cache
         rows = [r for r in rows if not r.cancelled]
         if not rows:
             return
@@ -165,40 +187,96 @@ class BatchEngine:
 
     def _decode(self) -> None:
         self._retire([r for r in self.rows if r.cancelled], keep=False, deliver=False)
-        if not self.rows:
+        # a grammar's mask for the next token needs the tokens before it: such steps are read before the next
+        in_step = not self.overlap or any(r.grammar is not None for r in self.rows)
+        if in_step:
+            self.drain()
+        # a row whose step in flight brings it to its token limit needs no further step
+        rows = [r for r in self.rows if not (r.in_flight and self._reaches_limit(r))]
+        if not rows:
+            self.drain()
             return
-        rows = self.rows
         try:
-            top = max(r.slot for r in rows) + 1
-            batch = row_bucket(top, self.cache.slots) if self._graphs is not None else top
-            longest = max(len(r.prompt_ids) + len(r.output_ids) for r in rows)
-            kv_len = min(round_up(longest, self.length_step), self.cache.scratch)
-            ids, pos, steps = [self.pad_id] * batch, [self.cache.scratch] * batch, [0] * batch
-            for r in rows:
-                ids[r.slot], pos[r.slot] = r.output_ids[-1], len(r.prompt_ids) + len(r.output_ids) - 1
-                steps[r.slot] = len(r.output_ids)
-            if self._graphs is not None and not self._graphs.ready(batch, kv_len):
-                self._graphs.capture(batch, kv_len)
-                self.stats.graph_captures += 1
-            inputs = torch.tensor([ids, pos], dtype=torch.long).to(self.device, non_blocking=True)
-            self._ids[:batch, 0].copy_(inputs[0])
-            self._pos[:batch].copy_(inputs[1])
-            if self._graphs is not None:
-                logits = self._graphs.replay(batch, kv_len)
-            else:
-                logits = self._decode_step(batch, kv_len)
-            self._count_forward(batch)
-            self.stats.decode_steps += 1
-            sampling = self._decode_sampling(batch)
-            allowed = grammar_mask([(r.slot, r.grammar) for r in rows], logits)  # None: no row constrained
-            sampled = to_host(sample_batch(logits, sampling, steps, allowed), sampling)
-            self._append(rows, [sampled[r.slot] for r in rows])
+            step = self._launch(rows)
         except Exception as exc:  # the cache may be half-updated: fail and reset the whole batch
-            log.exception("local engine: decode step of %d request(s) failed", len(rows))
-            self._fail(rows, exc)
+            log.exception("local engine: decode step of %d request(s) failed", len(self.rows))
+            self._fail(self.rows, exc)
             self.reset()
             return
-        self._retire([r for r in rows if r.finish_reason is not None])
+        previous, self._in_flight = self._in_flight, step
+        if previous is not None:
+            self._read(previous)
+        if in_step:
+            self.drain()
+        elif self._in_flight is not None and all(r.finish_reason is not None or r.cancelled for r in step.rows):
+            self._in_flight = None  # every row it decodes has finished meanwhile: nothing to read
+
+    def drain(self) -> None:
+        """Read the decode step in flight, if any (before anything that changes the batch or the cache's slots)."""
+        step, self._in_flight = self._in_flight, None
+        if step is not None:
+            self._read(step)
+
+    def _reaches_limit(self, row: Row) -> bool:
+        """Whether ``row`` has its last token once its tokens in flight are read."""
+        made = len(row.output_ids) + row.in_flight
+        return made >= row.sampling.max_new_tokens or len(row.prompt_ids) + made >= self.max_context
+
+    def _launch(self, rows: list[Row]) -> _Step:
+        """Queue one decode step for ``rows`` (forward and sampling) and the transfer of its tokens to the host,
+        without waiting for the device. With a step in flight (which decodes every row of ``rows``: rows join
+        only at a prefill, which drains), the input ids are that step's sampled ids, still on the device."""
+        top = max(r.slot for r in rows) + 1
+        batch = row_bucket(top, self.cache.slots) if self._graphs is not None else top
+        longest = max(len(r.prompt_ids) + len(r.output_ids) + r.in_flight for r in rows)
+        kv_len = min(round_up(longest, self.length_step), self.cache.scratch)
+        ids, pos, steps = [self.pad_id] * batch, [self.cache.scratch] * batch, [0] * batch
+        for r in rows:
+            made = len(r.output_ids) + r.in_flight
+            pos[r.slot], steps[r.slot] = len(r.prompt_ids) + made - 1, made
+            if not r.in_flight:
+                ids[r.slot] = r.output_ids[-1]
+        if self._graphs is not None and not self._graphs.ready(batch, kv_len):
+            self._graphs.capture(batch, kv_len)
+            self.stats.graph_captures += 1
+        previous = self._in_flight
+        if previous is None:
+            inputs = to_device([ids, pos], torch.long, self.device)
+            self._ids[:batch, 0].copy_(inputs[0])
+            self._pos[:batch].copy_(inputs[1])
+        else:  # rows keep their slots between prefills, so the previous ids line up (and cover every slot < top)
+            self._ids[:batch, 0].copy_(previous.copy.token_ids[:batch])
+            self._pos[:batch].copy_(to_device(pos, torch.long, self.device))
+        if self._graphs is not None:
+            logits = self._graphs.replay(batch, kv_len)
+        else:
+            logits = self._decode_step(batch, kv_len)
+        self._count_forward(batch)
+        self.stats.decode_steps += 1
+        sampling = self._decode_sampling(batch, rows)
+        allowed = grammar_mask([(r.slot, r.grammar) for r in rows], logits)  # None: no row constrained
+        copy = HostCopy(sample_batch(logits, sampling, steps, allowed), sampling)
+        for r in rows:
+            r.in_flight += 1
+        return _Step(rows, copy)
+
+    def _read(self, step: _Step) -> None:
+        """The tokens of a launched step: rows that finished or were cancelled since its launch drop theirs."""
+        try:
+            sampled = step.copy.wait()
+        except Exception as exc:
+            log.exception("local engine: decode step of %d request(s) failed", len(step.rows))
+            self._fail(self.rows, exc)
+            self.reset()
+            return
+        live, tokens = [], []
+        for row in step.rows:
+            row.in_flight -= 1
+            if row.finish_reason is None and not row.cancelled:
+                live.append(row)
+                tokens.append(sampled[row.slot])
+        self._append(live, tokens)
+        self._retire([r for r in live if r.finish_reason is not None])
 
     # -- shutdown / failure / weights -----------------------------------------------------
 
@@ -211,6 +289,9 @@ class BatchEngine:
 
     def reset(self) -> None:
         """Forget every row and cached prefix (after a failure)."""
+        for row in self.rows:
+            row.in_flight = 0
+        self._in_flight = None
         self.rows = []
         self.slot_table.reset()
         self._sampling = None
@@ -340,9 +421,9 @@ class BatchEngine:
         self._ids[:batch].fill_(self.pad_id)
         self._pos[:batch].fill_(self.cache.scratch)
 
-    def _decode_sampling(self, batch: int) -> SamplingBatch:
-        layout = [None] * batch
-        for row in self.rows:
+    def _decode_sampling(self, batch: int, rows: list[Row]) -> SamplingBatch:
+        layout: list[Row | None] = [None] * batch
+        for row in rows:
             layout[row.slot] = row
         signature = tuple(id(r) for r in layout)
         if self._sampling is None or self._sampling[0] != signature:

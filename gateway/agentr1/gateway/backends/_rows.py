@@ -32,6 +32,7 @@ class Row:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[TokenLogprob]] | None = None
     streamed: int = 0  # tokens already handed to the sink as deltas
+    in_flight: int = 0  # tokens of a decode step launched and not yet read (0 or 1; the engine's overlap)
     cancelled: bool = False  # set from the asyncio side when the caller went away
     finish_reason: FinishReason | None = None
     matched_stop: str | int | None = None

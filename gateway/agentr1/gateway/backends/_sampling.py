@@ -20,6 +20,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,6 +28,7 @@ from .base import SamplingParams, TokenLogprob
 
 __all__ = [
     "GREEDY_BELOW",
+    "HostCopy",
     "Sampled",
     "SamplingBatch",
     "is_greedy",
@@ -34,6 +36,8 @@ __all__ = [
     "row_key",
     "sample_batch",
     "sample_next",
+    "to_device",
+    "to_host",
 ]
 
 GREEDY_BELOW = 1e-5  # temperatures below this decode greedily
@@ -71,27 +75,28 @@ class Sampled:
 
 
 class SamplingBatch:
-    """The per-row sampling parameters of a batch as device tensors (built once per batch shape). A row
-    whose parameters are None only pads the batch: nothing is computed for it, and it gets token 0."""
+    """The per-row sampling parameters of a batch as device tensors (built once per batch shape, without waiting
+    for the device's queue). A row whose parameters are None only pads the batch: nothing is computed for it,
+    and it gets token 0."""
 
     def __init__(self, params: Sequence[SamplingParams | None], keys: Sequence[int], device: torch.device) -> None:
         self.size = len(params)
         drawing = {i: p for i, p in enumerate(params) if p is not None and not is_greedy(p)}
         sampled = list(drawing)
-        self.temperature = torch.tensor([float(drawing[i].temperature) if i in drawing else 1.0
-                                         for i in range(self.size)], device=device)
+        self.temperature = to_device([float(drawing[i].temperature) if i in drawing else 1.0
+                                      for i in range(self.size)], torch.float32, device)
         self.scaled = any(p.temperature != 1.0 for p in drawing.values())
         greedy_rows = [i for i, p in enumerate(params) if p is not None and i not in drawing]
-        self.greedy_rows = torch.tensor(greedy_rows, dtype=torch.long, device=device) if greedy_rows else None
+        self.greedy_rows = to_device(greedy_rows, torch.long, device) if greedy_rows else None
         self.all_greedy = len(greedy_rows) == self.size
-        self.sampled_rows = torch.tensor(sampled, dtype=torch.long, device=device) if sampled else None
+        self.sampled_rows = to_device(sampled, torch.long, device) if sampled else None
         self.all_sampled = len(sampled) == self.size  # then the rows are used in place, not gathered
         self.rows, self.n_sampled, self.keys = sampled, len(sampled), list(keys)
         truncated = [j for j, i in enumerate(sampled) if params[i].top_p < 1.0 or params[i].top_k > 0]
-        self.truncated = torch.tensor(truncated, dtype=torch.long, device=device) if truncated else None
-        self.top_p = torch.tensor([float(params[sampled[j]].top_p) for j in truncated], device=device)
+        self.truncated = to_device(truncated, torch.long, device) if truncated else None
+        self.top_p = to_device([float(params[sampled[j]].top_p) for j in truncated], torch.float32, device)
         top_k = [int(params[sampled[j]].top_k) for j in truncated]
-        self.top_k = torch.tensor(top_k, dtype=torch.long, device=device)
+        self.top_k = to_device(top_k, torch.long, device)
         # top-k alone (no top-p below 1) needs only the k best entries instead of a full sort
         self.top_k_only = bool(truncated) and all(
             k > 0 and params[sampled[j]].top_p >= 1.0 for j, k in zip(truncated, top_k, strict=True)
@@ -112,7 +117,7 @@ def _mix64(key: int, step: int) -> int:
 def _uniforms(batch: SamplingBatch, steps: list[int], device: torch.device) -> torch.Tensor:
     """One uniform number in (0, 1) per sampled row, a function of (row key, output position)."""
     values = [((_mix64(batch.keys[i], steps[i]) >> 40) + 0.5) / (1 << 24) for i in batch.rows]
-    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+    return to_device(values, torch.float32, device)
 
 
 def _truncate(x: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -183,21 +188,53 @@ def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int],
     return out
 
 
+class HostCopy:
+    """A batch's sampled ids, log-probabilities and top alternatives on their way to the host: one transfer,
+    started without waiting (into pinned memory on a GPU, so that the host can queue the next step meanwhile)
+    and read by :meth:`wait`. ``token_ids`` stays on the device (the next decode step's input ids)."""
+
+    def __init__(self, sampled: SampledBatch, batch: SamplingBatch) -> None:
+        self.token_ids = sampled.token_ids
+        self._batch = batch
+        parts = [sampled.token_ids.double()[:, None], sampled.logprobs.double()[:, None]]
+        if sampled.top_ids is not None and sampled.top_logprobs is not None:
+            parts += [sampled.top_ids.double(), sampled.top_logprobs.double()]
+        table = torch.cat(parts, dim=1)
+        self._event: torch.cuda.Event | None = None
+        if table.is_cuda:
+            self._table = torch.empty(table.shape, dtype=table.dtype, pin_memory=True)
+            self._table.copy_(table, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            self._table = table
+
+    def wait(self) -> list[Sampled]:
+        """Wait for the transfer; one :class:`Sampled` per row of the batch."""
+        if self._event is not None:
+            self._event.synchronize()
+        k = self._batch.max_top_logprobs
+        out = []
+        for row, wanted in zip(self._table.tolist(), self._batch.top_logprobs, strict=True):
+            top = None
+            if wanted:
+                top = [TokenLogprob(int(t), float(v)) for t, v in zip(row[2 : 2 + wanted], row[2 + k : 2 + k + wanted],
+                                                                      strict=True)
+                       if v != _MINUS_INF]  # tokens a grammar ruled out
+            out.append(Sampled(int(row[0]), float(row[1]), top))
+        return out
+
+
 def to_host(sampled: SampledBatch, batch: SamplingBatch) -> list[Sampled]:
-    """One device-to-host transfer for the batch: python ids, log-probs and top alternatives."""
-    parts = [sampled.token_ids.double()[:, None], sampled.logprobs.double()[:, None]]
-    if sampled.top_ids is not None and sampled.top_logprobs is not None:
-        parts += [sampled.top_ids.double(), sampled.top_logprobs.double()]
-    table = torch.cat(parts, dim=1).cpu().tolist()
-    k = batch.max_top_logprobs
-    out = []
-    for row, wanted in zip(table, batch.top_logprobs, strict=True):
-        top = None
-        if wanted:
-            top = [TokenLogprob(int(t), float(v)) for t, v in zip(row[2 : 2 + wanted], row[2 + k : 2 + k + wanted], strict=True)
-                   if v != _MINUS_INF]  # tokens a grammar ruled out
-        out.append(Sampled(int(row[0]), float(row[1]), top))
-    return out
+    """One device-to-host transfer for the batch, waited for: python ids, log-probs and top alternatives."""
+    return HostCopy(sampled, batch).wait()
+
+
+def to_device(values: list[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list on ``device`` without waiting for the device's queue (staged through pinned memory on a GPU)."""
+    if device.type != "cuda":
+        return torch.tensor(values, dtype=dtype)
+    return torch.tensor(values, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
 
 
 def sample_next(

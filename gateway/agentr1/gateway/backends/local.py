@@ -21,8 +21,9 @@ and reuses the cached prefixes of earlier prompts (``prefix_cache``; ``GenerateR
 cached_tokens`` says how many prompt tokens it served). ``cache_bytes`` bounds the cache (idle
 prefixes are evicted first); ``exact`` (default: on the CPU) makes prefix reuse bit-exact;
 ``compile`` runs the decode step through ``torch.compile`` (fused kernels, then captured in the same
-CUDA graphs; two compilations with symbolic shapes, a minute or more of warm-up on a GPU). New weights drop the cached prefixes. With rows running, small
-arrivals are admitted in groups (``_admission.py``).
+CUDA graphs; two compilations with symbolic shapes, a minute or more of warm-up on a GPU); ``overlap``
+(default: on a GPU) queues each decode step before the host reads the previous one's tokens. New weights
+drop the cached prefixes. With rows running, small arrivals are admitted in groups (``_admission.py``).
 
 ``engine_process``: the worker and the model live in a child process (``_engine_process.py``), with
 a GIL of their own; this object queues, pauses and forwards rows and weights (what ``agentr1 train``
@@ -103,6 +104,7 @@ class LocalBackend:
         cuda_graphs: bool = True,
         compile: bool = False,
         prefill_budget: int | None = None,
+        overlap: bool | None = None,
         engine_process: bool = False,
     ) -> None:
         from transformers import AutoConfig
@@ -125,7 +127,7 @@ class LocalBackend:
         self.num_threads = num_threads  # CPU threads of the worker's torch ops (None: torch's default)
         self.engine_options: dict[str, Any] = {
             "prefix_cache": prefix_cache, "cache_bytes": cache_bytes, "exact": exact, "cuda_graphs": cuda_graphs,
-            "compile": compile, "prefill_budget": prefill_budget,
+            "compile": compile, "prefill_budget": prefill_budget, "overlap": overlap,
         }
         # engine_process: the engine runs in a child process of its own (_engine_process.py), the same
         # LocalBackend there on these arguments; this one queues, pauses and forwards
