@@ -94,7 +94,7 @@ class Recorder:
     and the seconds it spent in the engine."""
 
     def __init__(self, backend: Any) -> None:
-        self.backend, self.calls = backend, []
+        self.backend, self.calls, self.spans = backend, [], []
         self.generate, self.stream = backend.generate, backend.stream
         backend.generate, backend.stream = self._generate, self._stream
 
@@ -102,6 +102,7 @@ class Recorder:
         started = time.perf_counter()
         result = await self.generate(request)
         self.calls.append((request, len(result.output_ids), time.perf_counter() - started))
+        self.spans.append((started, time.perf_counter()))
         return result
 
     async def _stream(self, request: Any) -> Any:
@@ -110,10 +111,22 @@ class Recorder:
             n += len(delta.token_ids)
             yield delta
         self.calls.append((request, n, time.perf_counter() - started))
+        self.spans.append((started, time.perf_counter()))
 
     def take(self) -> list[tuple[Any, int, float]]:
-        calls, self.calls = self.calls, []
+        calls, self.calls, self.spans = self.calls, [], []
         return calls
+
+    def timeline(self, start: float, end: float) -> dict[str, float]:
+        """When the calls reached the backend and left it, in seconds from ``start`` (the rollout's), and the
+        rollout's seconds after its last call left the backend (the agents' and the gateway's ends of sessions)."""
+        if not self.spans:
+            return {}
+        arrivals = sorted(a for a, _ in self.spans)
+        return {"first_call_s": round(arrivals[0] - start, 3),
+                "median_call_s": round(arrivals[len(arrivals) // 2] - start, 3),
+                "last_call_s": round(arrivals[-1] - start, 3),
+                "after_last_answer_s": round(end - max(b for _, b in self.spans), 3)}
 
 
 def thread_cpu() -> dict[str, float]:
@@ -147,7 +160,18 @@ def engine_counters(backend: Any) -> dict[str, int]:
 
 # -- the two runs ---------------------------------------------------------------------------------
 
-async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int,
+def session_times(store: TraceStore, session_ids: list[str], start: float) -> dict[str, float]:
+    """When the rollout's sessions were opened and finished (the store's timestamps), in seconds from ``start``."""
+    records = [store.get_session(i, steps=False) for i in session_ids]
+    opened = sorted(r.created_at.timestamp() - start for r in records if r.created_at is not None)
+    finished = sorted(r.finished_at.timestamp() - start for r in records if r.finished_at is not None)
+    if not opened or not finished:
+        return {}
+    return {"first_open_s": round(opened[0], 3), "median_open_s": round(opened[len(opened) // 2], 3),
+            "last_open_s": round(opened[-1], 3), "last_finish_s": round(finished[-1], 3)}
+
+
+async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int,
                   run_id: str, step: int, pyspy: str | None, gil: bool) -> dict[str, Any]:
     backend = serving.backend
     counters, cpu = engine_counters(backend), thread_cpu()
@@ -157,7 +181,9 @@ async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: 
                "--output", pyspy, "--threads", "--rate", "200", "--nonblocking"] + (["--gil"] if gil else [])
         spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await asyncio.sleep(1.0)
+    started, wall_started = time.perf_counter(), time.time()
     report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=len(tasks) * n)
+    timeline = {**recorder.timeline(started, time.perf_counter()), **session_times(store, report.sessions, wall_started)}
     if spy is not None:
         spy.send_signal(2)
         spy.wait(timeout=60)
@@ -176,7 +202,7 @@ async def rollout(serving: Any, recorder: Recorder, runner: AgentRunner, tasks: 
             "tokens_per_decode_step": round(delta["tokens_generated"] / max(1, delta["decode_steps"]), 2),
             "engine_busy_s": round(delta["busy_s"], 3),
             "ms_per_forward": round(1000 * delta["busy_s"] / max(1, delta["forward_passes"]), 2),
-            "thread_cpu_s": cpu_delta(cpu, thread_cpu())}, calls
+            **timeline, "thread_cpu_s": cpu_delta(cpu, thread_cpu())}, calls
 
 
 async def engine_only(recorder: Recorder, calls: list[tuple[Any, int, float]], profile: bool = False
@@ -261,12 +287,12 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
             runner.workers.wait_ready()
         tasks = bench_tasks(cfg, args)
         # warm-up: a few sessions through the whole path (first forwards, graph captures, client pools)
-        await rollout(serving, recorder, runner, tasks[:2], n=min(args.n, 2), run_id=run_id, step=0, pyspy=None,
+        await rollout(serving, store, recorder, runner, tasks[:2], n=min(args.n, 2), run_id=run_id, step=0, pyspy=None,
                       gil=False)
         pairs = []
         for k in range(args.repeat):
             pyspy = args.pyspy if k == args.repeat - 1 else None
-            r, calls = await rollout(serving, recorder, runner, tasks, n=args.n, run_id=run_id, step=k + 1,
+            r, calls = await rollout(serving, store, recorder, runner, tasks, n=args.n, run_id=run_id, step=k + 1,
                                      pyspy=pyspy, gil=args.gil)
             e = await engine_only(recorder, calls, profile=args.profile)
             pairs.append({"rollout": r, "engine_only": e, "ratio": round(r["tokens_per_s"] / e["tokens_per_s"], 3)})
@@ -319,6 +345,13 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{e['forwards']} | {e['prefill_passes']} | {e['calls']} | {e['tokens']} | {e['tokens_per_s']} | | | | "
                      f"{e['tokens_per_decode_step']} |")
         lines.append(f"| thread CPU s | rollout {r['thread_cpu_s']} engine-only {e['thread_cpu_s']} |||||||||||")
+        if "first_call_s" in r:
+            lines.append(f"| rollout timeline | sessions opened from {r.get('first_open_s')} s (median "
+                         f"{r.get('median_open_s')}, last {r.get('last_open_s')}); calls reached the backend from "
+                         f"{r['first_call_s']} s (median "
+                         f"{r['median_call_s']}, last {r['last_call_s']}); the last session finished at "
+                         f"{r.get('last_finish_s')} s; the rollout ended {r['after_last_answer_s']} s after the last "
+                         "answer |||||||||||")
     return "\n".join(lines)
 
 
