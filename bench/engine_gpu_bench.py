@@ -123,10 +123,13 @@ def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, o
         time_engine(backend, prompts, args.tokens)  # graph capture (and compilation)
         warm_up_s = round(time.perf_counter() - started, 1)
         for phase in phases.values():
-            phase.update(calls=0, seconds=0.0)
+            phase.update(calls=0, seconds=0.0, rows=[])
         row = time_engine(backend, prompts, args.tokens)
-        split = {f"{phase}_ms": round(1000 * p["seconds"] / max(1, p["calls"]), 3) for phase, p in phases.items()}
+        split: dict[str, Any] = {f"{phase}_ms": round(1000 * p["seconds"] / max(1, p["calls"]), 3)
+                                 for phase, p in phases.items()}
         split["prefill_calls"] = phases["prefill"]["calls"]
+        split["admitted_rows"] = phases["prefill"]["rows"]
+        split["decode_calls"] = phases["decode"]["calls"]
         record(out, {"engine": name, "batch": batch, **row, **split, "graph_captures": backend.stats.graph_captures,
                      "warm_up_s": warm_up_s})
     for batch in args.profile if not compile else []:
@@ -163,15 +166,17 @@ def speed(args: argparse.Namespace, local_backend: Any, model_dir: Path, out: Pa
                         overlap=False)
 
 
-def timed_phases(engine: Any) -> dict[str, dict[str, float]]:
+def timed_phases(engine: Any) -> dict[str, dict[str, Any]]:
     """Wall time per prefill() / decode() call of the engine's worker (GPU work included: each ends
     with a device-to-host transfer)."""
-    phases: dict[str, dict[str, float]] = {}
+    phases: dict[str, dict[str, Any]] = {}
     for name in ("prefill", "decode"):
         phases[name] = {"calls": 0, "seconds": 0.0}
         original = getattr(engine, name)
 
-        def timed(*a: Any, _original: Any = original, _phase: dict[str, float] = phases[name]) -> Any:
+        def timed(*a: Any, _original: Any = original, _phase: dict[str, Any] = phases[name]) -> Any:
+            if a:  # prefill(rows): how many rows each admission took
+                _phase.setdefault("rows", []).append(len(a[0]))
             started = time.perf_counter()
             try:
                 return _original(*a)

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from ._admission import AdmissionPolicy
+from ._admission import BURST_MAX_S, BURST_QUIET_S, AdmissionPolicy
 from ._engine import BatchEngine, EngineStats, Row, end_token_ids, pad_token_id
 from ._sink import Sink
 from ._slot_cache import use_grouped_decode_attention
@@ -429,6 +429,8 @@ class LocalBackend:
                     self._cv.wait()
                 if self._stopping:
                     break
+                if not engine.rows and not self._is_paused():
+                    self._await_burst()
                 admitted: list[Row] = []
                 if not self._is_paused() and self._admit_now(engine):
                     while self._queue and len(engine.rows) + len(admitted) < self.max_batch_size:
@@ -452,6 +454,16 @@ class LocalBackend:
             if admitted:
                 self._admission.record(elapsed)
         self._shutdown(engine)
+
+    def _await_burst(self) -> None:
+        """Holding ``_cv``, with nothing running: wait while more requests keep arriving (``_admission.py``)."""
+        deadline = time.perf_counter() + BURST_MAX_S
+        size = len(self._queue)
+        while not self._stopping and time.perf_counter() < deadline:
+            self._cv.wait(BURST_QUIET_S)
+            if len(self._queue) == size:
+                return
+            size = len(self._queue)
 
     def _admit_now(self, engine: BatchEngine) -> bool:
         """Whether to prefill the queued rows before the next decode step (_admission.py)."""
