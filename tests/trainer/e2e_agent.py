@@ -38,3 +38,21 @@ def solve_noting_the_process(task: dict) -> str:
     answer = solve(task)
     (Path(os.environ["AGENTR1_TEST_PIDS"]) / f"{task['id']}.{os.getpid()}").touch()
     return answer
+
+
+def solve_meeting_the_others(task: dict) -> str:
+    """``solve`` once every session of the test is running at the same time: each leaves a file in
+    $AGENTR1_TEST_PIDS and waits (20 s at most) until there are $AGENTR1_TEST_MEET of them; a session that
+    waited in vain answers "alone" instead of calling the model."""
+    import os
+    import time
+    from pathlib import Path
+
+    folder, expected = Path(os.environ["AGENTR1_TEST_PIDS"]), int(os.environ["AGENTR1_TEST_MEET"])
+    (folder / f"{task['id']}.{os.getpid()}").touch()
+    deadline = time.monotonic() + 20.0
+    while sum(1 for _ in folder.iterdir()) < expected:
+        if time.monotonic() > deadline:
+            return "alone"
+        time.sleep(0.01)
+    return solve(task)

@@ -74,3 +74,27 @@ def test_agent_processes_are_for_entrypoint_agents():
         AgentConfig(command=["python", "agent.py"], processes=2)
     with pytest.raises(ValueError):
         AgentConfig(entrypoint="e2e_agent:solve", processes=0)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_runs_all_its_sync_sessions_at_once(tmp_path, scripted_gateway, monkeypatch):
+    """24 sessions of a sync agent in 2 workers are all running at the same time: a worker's threads are not
+    capped by asyncio's default executor (min(32, cpus + 4) threads, 6 on a 2-core machine), which made the
+    later sessions of a rollout wait for the first ones to end."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    monkeypatch.setenv("AGENTR1_TEST_PIDS", str(pid_dir))
+    monkeypatch.setenv("AGENTR1_TEST_MEET", "24")
+    runner = AgentRunner(AgentConfig(entrypoint="e2e_agent:solve_meeting_the_others", timeout_s=120, processes=2))
+    assert runner.workers is not None
+    runner.workers.wait_ready()
+    tasks = [{"id": f"t{i}", "question": "?"} for i in range(12)]
+    try:
+        with scripted_gateway(tmp_path / "traces.db", lambda prompt: "ok") as (_url, store):
+            report = asyncio.run(collect(runner, tasks, n=2, run_id="r", step=1, max_concurrency=24))
+            stored = [store.get_session(s) for s in report.sessions]
+    finally:
+        runner.close()
+    assert (report.finished, report.failed) == (24, 0)
+    assert all(len(s.steps) == 2 for s in stored)  # every session met the others and called the model
+    assert len({pid for _, pid in _pids(pid_dir)}) == 2

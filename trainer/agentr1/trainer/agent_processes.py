@@ -28,6 +28,7 @@ import itertools
 import logging
 import multiprocessing
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -35,6 +36,8 @@ from typing import Any
 from agentr1.sdk import ActiveSession, configuration, configure, fail_session
 
 log = logging.getLogger("agentr1.trainer.agents")
+
+SESSION_THREADS = 1024  # a worker's threads for sync agents' sessions (made as sessions need them)
 
 __all__ = ["AgentProcesses"]
 
@@ -198,6 +201,9 @@ def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
+        # sync agents run on the default executor's threads, one a session: asyncio's own (min(32, cpus + 4)
+        # threads) held the sessions beyond it back until others ended; the trainer bounds how many it sends
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=SESSION_THREADS))
         running: set[asyncio.Task[None]] = set()
         while True:
             message = await loop.run_in_executor(None, _receive, conn)
