@@ -42,7 +42,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -60,7 +59,7 @@ from agentr1.envs import StepResult, register_env  # noqa: E402
 from agentr1.sdk import configure  # noqa: E402
 from agentr1.store import TraceStore  # noqa: E402
 from agentr1.trainer.config import JobConfig  # noqa: E402
-from agentr1.trainer.rollout import AgentRunner, collect  # noqa: E402
+from agentr1.trainer.rollout import AgentRunner, collect, use_session_threads  # noqa: E402
 from agentr1.trainer.serving import start_serving  # noqa: E402
 from agentr1.trainer.tasks import load_tasks  # noqa: E402
 
@@ -309,7 +308,7 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
 
 async def main_async(args: argparse.Namespace, model: Path, out: Path) -> dict[str, Any]:
     cfg = job_config(args, model, out)
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=args.sessions + 4))  # as loop.py
+    use_session_threads(args.sessions)  # as agentr1 train does
     store = TraceStore.open(cfg.db)
     modes = [await one_mode(args, cfg, store, model, out, mode) for mode in args.modes.split(",")]
     return {"bench": "rollout", "job": args.job, "model": args.model, "device": args.device,

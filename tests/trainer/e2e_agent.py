@@ -45,11 +45,12 @@ def solve_meeting_the_others(task: dict) -> str:
     $AGENTR1_TEST_PIDS and waits (20 s at most) until there are $AGENTR1_TEST_MEET of them; a session that
     waited in vain answers "alone" instead of calling the model."""
     import os
+    import threading
     import time
     from pathlib import Path
 
     folder, expected = Path(os.environ["AGENTR1_TEST_PIDS"]), int(os.environ["AGENTR1_TEST_MEET"])
-    (folder / f"{task['id']}.{os.getpid()}").touch()
+    (folder / f"{task['id']}-{threading.get_ident()}.{os.getpid()}").touch()  # the samples of a task meet too
     deadline = time.monotonic() + 20.0
     while sum(1 for _ in folder.iterdir()) < expected:
         if time.monotonic() > deadline:

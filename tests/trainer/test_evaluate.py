@@ -50,3 +50,25 @@ def test_evaluate_checkpoint_serves_scores_and_records_every_sample(tmp_path: Pa
     assert all(o is not None for o in outcomes)
     assert result["reward"] == pytest.approx(sum(outcomes) / 4)
     assert result["success"] == pytest.approx(sum(o > 0 for o in outcomes) / 4)
+
+
+@pytest.mark.timeout(600)
+def test_evaluate_runs_max_concurrency_sync_sessions_at_once(tmp_path: Path, tiny_model_path: Path, monkeypatch):
+    """24 sessions of a sync agent, max_concurrency 24: all of them run at the same time (asyncio's default
+    executor, min(32, cpus + 4) threads, held the sessions beyond it back until others ended)."""
+    (tmp_path / "met").mkdir()
+    monkeypatch.setenv("AGENTR1_TEST_PIDS", str(tmp_path / "met"))
+    monkeypatch.setenv("AGENTR1_TEST_MEET", "24")
+    job = JobConfig.model_validate({
+        "run_name": "ev", "db": f"sqlite:///{tmp_path / 'traces.db'}",
+        "agent": {"entrypoint": "e2e_agent:solve_meeting_the_others", "timeout_s": 120},
+        "data": {"generator": "e2e_agent:make_tasks", "train_size": 4, "val_size": 12},
+        "reward": {"functions": ["e2e_agent:token_reward"]},
+        "actor_rollout_ref": {"model": str(tiny_model_path), "rollout": {"max_concurrency": 24}},
+        "trainer": {"device": "cpu"},
+    })
+    result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
+    assert (result["samples"], result["failed"]) == (24, 0)
+    with TraceStore.open(job.db) as store:
+        sessions = [store.get_session(s.id) for s in store.list_sessions("ev-run")]
+    assert len(sessions) == 24 and all(len(s.steps) == 2 for s in sessions)  # none waited in vain

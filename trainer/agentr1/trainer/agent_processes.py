@@ -28,7 +28,6 @@ import itertools
 import logging
 import multiprocessing
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -37,7 +36,7 @@ from agentr1.sdk import ActiveSession, configuration, configure, fail_session
 
 log = logging.getLogger("agentr1.trainer.agents")
 
-SESSION_THREADS = 1024  # a worker's threads for sync agents' sessions (made as sessions need them)
+WORKER_SESSIONS = 1024  # sync sessions a worker runs at once, at most (the trainer bounds what it sends)
 
 __all__ = ["AgentProcesses"]
 
@@ -181,7 +180,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
     """A worker: runs every session it is sent at once on its own event loop, answers each when it ends."""
     from agentr1.trainer.config import AgentConfig
-    from agentr1.trainer.rollout import AgentRunner, RolloutReport
+    from agentr1.trainer.rollout import AgentRunner, RolloutReport, use_session_threads
 
     runner = AgentRunner(AgentConfig.model_validate({**agent_config, "processes": 1}))
     conn.send((None, None))
@@ -201,9 +200,7 @@ def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        # sync agents run on the default executor's threads, one a session: asyncio's own (min(32, cpus + 4)
-        # threads) held the sessions beyond it back until others ended; the trainer bounds how many it sends
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=SESSION_THREADS))
+        use_session_threads(WORKER_SESSIONS)
         running: set[asyncio.Task[None]] = set()
         while True:
             message = await loop.run_in_executor(None, _receive, conn)

@@ -19,7 +19,7 @@ from agentr1.sdk import INFRASTRUCTURE_KINDS, configure, failure_kind_of_error
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.rewards import RewardConfig, SessionRewards
-from agentr1.trainer.rollout import AgentRunner, RolloutReport, collect
+from agentr1.trainer.rollout import AgentRunner, RolloutReport, collect, use_session_threads
 from agentr1.trainer.scoring import build_reward_fns, score_sessions
 from agentr1.trainer.tasks import load_tasks
 
@@ -86,6 +86,7 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
     store = TraceStore.open(job.db)
     settings = GatewaySettings(db=job.db, accept_any_model=True, default_run=run_id, model=str(model),
                                device=job.trainer.device, served_model_name="policy")
+    use_session_threads(job.actor_rollout_ref.rollout.max_concurrency)
     try:
         with EmbeddedGateway(settings, store=store) as gateway:
             configure(gateway.url)

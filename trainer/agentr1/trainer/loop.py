@@ -14,7 +14,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from agentr1.trainer.evaluate import Scorer, outcome_metrics, run_and_score
 from agentr1.trainer.groups import GroupCompleter
 from agentr1.trainer.offline import OfflineSource, OfflineSteps
 from agentr1.trainer.rewards import SessionRewards
-from agentr1.trainer.rollout import AgentRunner
+from agentr1.trainer.rollout import AgentRunner, use_session_threads
 from agentr1.trainer.rows import TrainRow
 from agentr1.trainer.serving import Serving, start_serving
 from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
@@ -119,10 +118,8 @@ class Trainer:
     async def _train(self) -> dict[str, float]:
         cfg = self.config.trainer
         last: dict[str, float] = {}
-        # sync agents run in the default executor (min(32, cpus + 4) threads): room for max_concurrency
-        # sessions of the rollout and as many of the evaluation beside it
-        workers = 2 * self.config.actor_rollout_ref.rollout.max_concurrency + 4
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=workers))
+        # room for max_concurrency sync sessions of the rollout and as many of the evaluation beside it
+        use_session_threads(2 * self.config.actor_rollout_ref.rollout.max_concurrency)
         # the held-out evaluation before training runs beside the first step's rollout (both are sampled
         # from the starting policy, one engine batch serves them) and ends before the first update
         before: asyncio.Task[dict[str, float]] | None = None

@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,13 @@ class RolloutReport:
         self.failed += other.failed
         self.timed_out += other.timed_out
         self.errors.extend(other.errors[:max(0, 5 - len(self.errors))])
+
+
+def use_session_threads(sessions: int) -> None:
+    """Sync agents run on the running loop's default executor, one thread a session: make room for ``sessions``
+    of them at once. asyncio's own executor has min(32, cpus + 4) threads, and the sessions beyond it waited for
+    others to end (a rollout in waves). Threads start as sessions need them."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=sessions + 4))
 
 
 class AgentRunner:
