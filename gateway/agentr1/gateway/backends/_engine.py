@@ -46,7 +46,7 @@ import torch
 from ._grammar import grammar_mask
 from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from ._images import image_token_id, prompt_embeds, segment_inputs
-from ._prefix import CHUNK
+from ._prefix import CHUNK, Segment, share_segments
 from ._rows import EngineStats, Row, Sink, end_token_ids, pad_token_id
 from ._sampling import HostCopy, Sampled, SamplingBatch, row_key, sample_batch, to_device, to_host
 from ._slot_cache import SlotCache, attention_kernels
@@ -59,8 +59,6 @@ log = logging.getLogger(__name__)
 
 CPU_LENGTH_STEP = 64
 
-Segment = tuple[Row, int, int]  # a row's prompt positions start..end-1, prefilled in one forward
-
 
 @dataclass(slots=True)
 class _Step:
@@ -68,27 +66,6 @@ class _Step:
 
     rows: list[Row]
     copy: HostCopy
-
-
-def _share_segments(segments: list[Segment]) -> tuple[list[Segment], list[int]]:
-    """The segments to compute (leaders) and, per segment, the index of its leader: the first segment
-    of the same positions of the same prompt ids. Rows with images lead themselves."""
-    leaders: list[Segment] = []
-    lead: list[int] = []
-    seen: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
-    for row, start, end in segments:
-        found = None
-        if row.multimodal is None and row.embeds is None:
-            candidates = seen.setdefault((start, end, tuple(row.prompt_ids[start:end])), [])
-            found = next((j for j in candidates if leaders[j][0].prompt_ids[:start] == row.prompt_ids[:start]),
-                         None)
-            if found is None:
-                candidates.append(len(leaders))
-        if found is None:
-            found = len(leaders)
-            leaders.append((row, start, end))
-        lead.append(found)
-    return leaders, lead
 
 
 class BatchEngine:
@@ -324,7 +301,7 @@ class BatchEngine:
             for segments in self._plan(pending, cursor):
                 leaders, lead = segments, list(range(len(segments)))
                 if self.prefix_cache:  # rows admitted together compute a common span once
-                    leaders, lead = _share_segments(segments)
+                    leaders, lead = share_segments(segments)
                 finished = [i for i, (row, _, end) in enumerate(segments) if end == len(row.prompt_ids)]
                 shared = len(leaders) < len(segments)
                 logits = self._prefill_forward(leaders, lead if finished and shared else None)

@@ -4,14 +4,17 @@ When a request finishes, its slot keeps the keys and values of ``prompt + output
 turn of an agent session extends exactly those ids (the gateway guarantees it), so it finds the
 slot here by its longest common prefix and prefills only the new tokens. Nothing about sessions
 is needed: two requests share a prefix exactly when their token ids do. Entries are evicted least
-recently used first when their slots are needed.
+recently used first when their slots are needed. Rows admitted together share too: :func:`share_segments`
+finds the segments of one prefill forward that repeat an earlier segment's positions and prompt ids.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["CHUNK", "MIN_REUSE", "PrefixIndex", "common_prefix"]
+from ._rows import Row
+
+__all__ = ["CHUNK", "MIN_REUSE", "PrefixIndex", "Segment", "common_prefix", "share_segments"]
 
 CHUNK = 16  # the engine's prefill chunk grid; reused prefixes end on it (16 rows keep CPU matmuls row-invariant)
 MIN_REUSE = 16  # shorter shared prefixes are not worth a lookup (and key the buckets)
@@ -90,3 +93,27 @@ class PrefixIndex:
     def _newer(self, a: int, b: int) -> bool:
         order = list(self._tokens)
         return order.index(a) > order.index(b)
+
+
+Segment = tuple[Row, int, int]  # a row's prompt positions start..end-1, prefilled in one forward
+
+
+def share_segments(segments: list[Segment]) -> tuple[list[Segment], list[int]]:
+    """The segments to compute (leaders) and, per segment, the index of its leader: the first segment
+    of the same positions of the same prompt ids. Rows with images lead themselves."""
+    leaders: list[Segment] = []
+    lead: list[int] = []
+    seen: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
+    for row, start, end in segments:
+        found = None
+        if row.multimodal is None and row.embeds is None:
+            candidates = seen.setdefault((start, end, tuple(row.prompt_ids[start:end])), [])
+            found = next((j for j in candidates if leaders[j][0].prompt_ids[:start] == row.prompt_ids[:start]),
+                         None)
+            if found is None:
+                candidates.append(len(leaders))
+        if found is None:
+            found = len(leaders)
+            leaders.append((row, start, end))
+        lead.append(found)
+    return leaders, lead
