@@ -30,16 +30,21 @@ def test_outcome_metrics_count_agent_failures_as_zero_and_leave_out_infrastructu
     assert outcome_metrics([], {}, success_key="s", reward_key="r") == {"s": 0.0, "r": 0.0, "s/infra_failed": 0.0}
 
 
-@pytest.mark.timeout(600)
-def test_evaluate_checkpoint_serves_scores_and_records_every_sample(tmp_path: Path, tiny_model_path: Path):
-    job = JobConfig.model_validate({
+def eval_job(tmp_path: Path, model: Path, entrypoint: str, *, val_size: int, max_concurrency: int) -> JobConfig:
+    """A job of ``entrypoint`` on e2e_agent's tasks and reward, served by the tiny model on the CPU."""
+    return JobConfig.model_validate({
         "run_name": "ev", "db": f"sqlite:///{tmp_path / 'traces.db'}",
-        "agent": {"entrypoint": "e2e_agent:solve", "timeout_s": 120},
-        "data": {"generator": "e2e_agent:make_tasks", "train_size": 4, "val_size": 2},
+        "agent": {"entrypoint": entrypoint, "timeout_s": 120},
+        "data": {"generator": "e2e_agent:make_tasks", "train_size": 4, "val_size": val_size},
         "reward": {"functions": ["e2e_agent:token_reward"]},
-        "actor_rollout_ref": {"model": str(tiny_model_path), "rollout": {"max_concurrency": 4}},
+        "actor_rollout_ref": {"model": str(model), "rollout": {"max_concurrency": max_concurrency}},
         "trainer": {"device": "cpu"},
     })
+
+
+@pytest.mark.timeout(600)
+def test_evaluate_checkpoint_serves_scores_and_records_every_sample(tmp_path: Path, tiny_model_path: Path):
+    job = eval_job(tmp_path, tiny_model_path, "e2e_agent:solve", val_size=2, max_concurrency=4)
     result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
     assert (result["run_id"], result["tasks"], result["samples"], result["failed"]) == ("ev-run", 2, 4, 0)
     with TraceStore.open(job.db) as store:
@@ -59,14 +64,7 @@ def test_evaluate_runs_max_concurrency_sync_sessions_at_once(tmp_path: Path, tin
     (tmp_path / "met").mkdir()
     monkeypatch.setenv("AGENTR1_TEST_PIDS", str(tmp_path / "met"))
     monkeypatch.setenv("AGENTR1_TEST_MEET", "24")
-    job = JobConfig.model_validate({
-        "run_name": "ev", "db": f"sqlite:///{tmp_path / 'traces.db'}",
-        "agent": {"entrypoint": "e2e_agent:solve_meeting_the_others", "timeout_s": 120},
-        "data": {"generator": "e2e_agent:make_tasks", "train_size": 4, "val_size": 12},
-        "reward": {"functions": ["e2e_agent:token_reward"]},
-        "actor_rollout_ref": {"model": str(tiny_model_path), "rollout": {"max_concurrency": 24}},
-        "trainer": {"device": "cpu"},
-    })
+    job = eval_job(tmp_path, tiny_model_path, "e2e_agent:solve_meeting_the_others", val_size=12, max_concurrency=24)
     result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
     assert (result["samples"], result["failed"]) == (24, 0)
     with TraceStore.open(job.db) as store:

@@ -175,10 +175,8 @@ class BatchEngine:
             return
         try:
             step = self._launch(rows)
-        except Exception as exc:  # the cache may be half-updated: fail and reset the whole batch
-            log.exception("local engine: decode step of %d request(s) failed", len(self.rows))
-            self._fail(self.rows, exc)
-            self.reset()
+        except Exception as exc:
+            self._fail_batch(exc)
             return
         previous, self._in_flight = self._in_flight, step
         if previous is not None:
@@ -187,6 +185,12 @@ class BatchEngine:
             self.drain()
         elif self._in_flight is not None and all(r.finish_reason is not None or r.cancelled for r in step.rows):
             self._in_flight = None  # every row it decodes has finished meanwhile: nothing to read
+
+    def _fail_batch(self, exc: Exception) -> None:
+        """A decode step failed: the cache may be half-updated, so every running row fails and the batch resets."""
+        log.exception("local engine: decode step of %d request(s) failed", len(self.rows))
+        self._fail(self.rows, exc)
+        self.reset()
 
     def drain(self) -> None:
         """Read the decode step in flight, if any (before anything that changes the batch or the cache's slots)."""
@@ -210,20 +214,15 @@ class BatchEngine:
         ids, pos, steps = [self.pad_id] * batch, [self.cache.scratch] * batch, [0] * batch
         for r in rows:
             made = len(r.output_ids) + r.in_flight
-            pos[r.slot], steps[r.slot] = len(r.prompt_ids) + made - 1, made
-            if not r.in_flight:
-                ids[r.slot] = r.output_ids[-1]
+            ids[r.slot], pos[r.slot], steps[r.slot] = r.output_ids[-1], len(r.prompt_ids) + made - 1, made
         if self._graphs is not None and not self._graphs.ready(batch, kv_len):
             self._graphs.capture(batch, kv_len)
             self.stats.graph_captures += 1
+        inputs = to_device([ids, pos], torch.long, self.device)
+        # with a step in flight, its sampled ids are the input (rows keep their slots between prefills)
         previous = self._in_flight
-        if previous is None:
-            inputs = to_device([ids, pos], torch.long, self.device)
-            self._ids[:batch, 0].copy_(inputs[0])
-            self._pos[:batch].copy_(inputs[1])
-        else:  # rows keep their slots between prefills, so the previous ids line up (and cover every slot < top)
-            self._ids[:batch, 0].copy_(previous.copy.token_ids[:batch])
-            self._pos[:batch].copy_(to_device(pos, torch.long, self.device))
+        self._ids[:batch, 0].copy_(inputs[0] if previous is None else previous.copy.token_ids[:batch])
+        self._pos[:batch].copy_(inputs[1])
         if self._graphs is not None:
             logits = self._graphs.replay(batch, kv_len)
         else:
@@ -242,9 +241,7 @@ class BatchEngine:
         try:
             sampled = step.copy.wait()
         except Exception as exc:
-            log.exception("local engine: decode step of %d request(s) failed", len(step.rows))
-            self._fail(self.rows, exc)
-            self.reset()
+            self._fail_batch(exc)
             return
         live, tokens = [], []
         for row in step.rows:
