@@ -1,5 +1,6 @@
-"""Trace store throughput: steps written per second (batched and one step per call) and steps read
-per second (``iter_sessions`` with steps), on SQLite and PostgreSQL, with realistic step sizes.
+"""Trace store throughput: steps written per second (batched and one step per call), sessions opened and
+finished per second (one transaction each, as the gateway's session routes do) and steps read per second
+(``iter_sessions`` with steps), on SQLite and PostgreSQL, with realistic step sizes.
 
     .venv/bin/python bench/store_bench.py                      # both backends, defaults
     .venv/bin/python bench/store_bench.py --backends sqlite --batch-steps 2000 --obs 4000
@@ -139,10 +140,19 @@ def bench_backend(backend: str, url: str, args: argparse.Namespace, *, describe_
             store.append_steps([step])
         results.append(Result(backend, "write, 1 step per call", len(steps), len(steps), time.perf_counter() - start))
 
+        # sessions: opened and finished with a reward, one transaction each (POST /sessions and /finish)
+        start = time.perf_counter()
+        for i in range(args.sessions):
+            sid = store.create_session(run_id=run, task_id=f"t{i}", group_id="g", metadata={"step": 1, "sample": i},
+                                       key_hash=uuid.uuid4().hex)
+            store.finish_session(sid, reward=1.0)
+        results.append(Result(backend, "sessions opened + finished (a row is a session)", args.sessions,
+                              2 * args.sessions, time.perf_counter() - start))
+
         # read: the trainer's streaming read of whole sessions with their steps
         total = n_read = 0
         start = time.perf_counter()
-        for session in store.iter_sessions(run, statuses=("running",), chunk_size=args.chunk_size):
+        for session in store.iter_sessions(run, statuses=("running",), chunk_size=args.chunk_size):  # (not the above)
             total += len(session.steps)
             n_read += 1
             assert len(session.steps[-1].observation_ids) == args.obs
@@ -177,6 +187,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=500, help="steps per append_steps call when batching")
     parser.add_argument("--single-steps", type=int, default=600, help="steps written one per call")
     parser.add_argument("--steps-per-session", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=500, help="sessions opened and finished one per call")
     parser.add_argument("--obs", type=int, default=1_000, help="observation (prompt) token ids per step")
     parser.add_argument("--act", type=int, default=200, help="action token ids (and logprobs) per step")
     parser.add_argument("--chunk-size", type=int, default=64, help="iter_sessions chunk size (sessions)")

@@ -57,3 +57,12 @@ def solve_meeting_the_others(task: dict) -> str:
             return "alone"
         time.sleep(0.01)
     return solve(task)
+
+
+def solve_reporting_the_heap(task: dict) -> float:
+    """``solve``, then 1.0 (the session's reward) if the heap of the process running it is frozen
+    (``agentr1.core.heap``: no full collection of the process's long-lived objects mid-rollout), else 0.0."""
+    import gc
+
+    solve(task)
+    return 1.0 if gc.get_freeze_count() > 0 else 0.0

@@ -98,3 +98,28 @@ def test_a_worker_runs_all_its_sync_sessions_at_once(tmp_path, scripted_gateway,
     assert (report.finished, report.failed) == (24, 0)
     assert all(len(s.steps) == 2 for s in stored)  # every session met the others and called the model
     assert len({pid for _, pid in _pids(pid_dir)}) == 2
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sessions_run_with_the_heap_frozen_and_the_trainer_unfreezes_it_after(tmp_path, scripted_gateway, processes):
+    """A full garbage collection of the trainer's heap would stall its gateway mid-rollout (0.3 s measured): a
+    rollout runs with the heap frozen, in the trainer's process (until it ends) and in agent workers (for good)."""
+    import gc
+
+    runner = AgentRunner(AgentConfig(entrypoint="e2e_agent:solve_reporting_the_heap", timeout_s=60,
+                                     processes=processes))
+    if runner.workers is not None:
+        runner.workers.wait_ready()
+    tasks = [{"id": f"t{i}", "question": "?"} for i in range(3)]
+    try:
+        with scripted_gateway(tmp_path / "traces.db", lambda prompt: "ok") as (_url, store):
+            assert gc.get_freeze_count() == 0
+            report = asyncio.run(collect(runner, tasks, n=2, run_id="r", step=1, max_concurrency=6))
+            stored = [store.get_session(s) for s in report.sessions]
+            after = gc.get_freeze_count()
+    finally:
+        runner.close()
+    assert (report.finished, report.failed) == (6, 0)
+    assert [s.reward for s in stored] == [1.0] * 6  # every session saw a frozen heap where it ran
+    assert after == 0  # and the trainer's own heap is collected as usual again

@@ -37,6 +37,14 @@ _STEPS = StepRow.__table__
 # connection: building statements and an ORM session per commit cost more CPU than the SQL itself.
 _SESSIONS_FOUND = select(SessionRow.__table__.c.id).where(SessionRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
 _INSERT_STEPS = insert(_STEPS)
+_SESSIONS = SessionRow.__table__
+_INSERT_SESSION = insert(_SESSIONS)
+_SESSION_STATUS = select(_SESSIONS.c.status).where(_SESSIONS.c.id == bindparam("id"))
+_FINISH_SESSION = (
+    update(_SESSIONS)
+    .where(_SESSIONS.c.id == bindparam("b_id"), _SESSIONS.c.status == "running")
+    .values(status=bindparam("b_status"), error=bindparam("b_error"), finished_at=bindparam("b_finished_at"))
+)
 _ATTACH_FEEDBACK = (
     update(_STEPS)
     .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
@@ -67,6 +75,7 @@ class TraceStore:
         # image bytes by content hash, beside the database; steps keep references (see blobs.py)
         self.images = images or ImageStore.for_database(str(engine.url))
         self._histories = HistoryCache()  # the messages of steps written lately: later steps store only their tail
+        self._known_runs: set[str] = set()  # runs this store saw exist (runs are never deleted)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -187,15 +196,24 @@ class TraceStore:
         key_hash: str | None = None,
     ) -> str:
         session_id = session_id or new_id()
-        if run_id is not None:
+        row = {"id": session_id, "run_id": run_id, "task_id": task_id, "group_id": group_id, "metadata": metadata or {},
+               "policy_version": policy_version, "key_hash": key_hash}
+        if run_id is not None and run_id not in self._known_runs:
             self.ensure_run(run_id)
         try:
-            with self._write() as db:
-                db.add(SessionRow(id=session_id, run_id=run_id, task_id=task_id, group_id=group_id,
-                                  meta=metadata or {}, policy_version=policy_version, key_hash=key_hash))
+            with self._writer_engine.begin() as conn:
+                conn.execute(_INSERT_SESSION, row)
         except IntegrityError as exc:
-            raise SessionExists(f"session {session_id!r} already exists") from exc
+            if self._session_exists(session_id):
+                raise SessionExists(f"session {session_id!r} already exists") from exc
+            raise
+        if run_id is not None:
+            self._known_runs.add(run_id)
         return session_id
+
+    def _session_exists(self, session_id: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(_SESSION_STATUS, {"id": session_id}).first() is not None
 
     def session_for_key(self, key_hash: str) -> str | None:
         with self._read() as db:
@@ -233,15 +251,17 @@ class TraceStore:
         """End a running session; ``reward`` is recorded as its outcome reward."""
         if status not in FINAL_STATUSES:
             raise ValueError(f"status must be one of {FINAL_STATUSES}, got {status!r}")
-        with self._write() as db:
-            row = db.get(SessionRow, session_id, with_for_update=True)  # concurrent finishes: one wins
-            if row is None:
-                raise UnknownSession(session_id)
-            if row.status != "running":
-                raise SessionNotRunning(f"session {session_id!r} is already {row.status}")
-            row.status, row.error, row.finished_at = status, error, dt.datetime.now(dt.UTC)
+        with self._writer_engine.begin() as conn:  # one statement decides between concurrent finishes
+            ended = conn.execute(_FINISH_SESSION, {"b_id": session_id, "b_status": status, "b_error": error,
+                                                   "b_finished_at": dt.datetime.now(dt.UTC)})
+            if ended.rowcount == 0:  # type: ignore[attr-defined]
+                current = conn.execute(_SESSION_STATUS, {"id": session_id}).scalar()
+                if current is None:
+                    raise UnknownSession(session_id)
+                raise SessionNotRunning(f"session {session_id!r} is already {current}")
             if reward is not None:
-                db.add(RewardRow(session_id=session_id, value=float(reward), name="outcome", source="agent"))
+                conn.execute(insert(RewardRow), {"session_id": session_id, "value": float(reward), "name": "outcome",
+                                                 "source": "agent"})
 
     def abandon_stale(self, older_than: dt.datetime, *, run_id: str | None = None) -> int:
         """Mark running sessions with no activity since ``older_than`` (created before it, no step stored

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from agentr1.core.heap import freeze_heap
 from agentr1.sdk import ActiveSession, configuration, configure, fail_session
 
 log = logging.getLogger("agentr1.trainer.agents")
@@ -183,6 +184,7 @@ def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
     from agentr1.trainer.rollout import AgentRunner, RolloutReport, use_session_threads
 
     runner = AgentRunner(AgentConfig.model_validate({**agent_config, "processes": 1}))
+    freeze_heap()  # the imports and the agent's module: no full collection walks them mid-rollout
     conn.send((None, None))
 
     async def one(job: int, task: dict[str, Any], run_id: str, group_id: str, sample: int, step: int,

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentr1.core.heap import frozen_heap
 from agentr1.sdk import ActiveSession, areward, failure_kind, run_command, session
 from agentr1.trainer.agent_processes import AgentProcesses
 from agentr1.trainer.config import AgentConfig
@@ -160,6 +161,7 @@ async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, r
         if on_done is not None:
             on_done()
 
-    await asyncio.gather(*(one(task, k) for task in tasks for k in range(n)))
+    with frozen_heap():  # a full collection of the trainer's heap would stall the gateway mid-rollout
+        await asyncio.gather(*(one(task, k) for task in tasks for k in range(n)))
     report.seconds = time.monotonic() - started
     return report

@@ -28,6 +28,8 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentr1.core.heap import freeze_heap
+
 from ._rows import EngineStats, Row
 from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult
 
@@ -246,6 +248,7 @@ def serve(conn: Any, model_path: str, options: dict[str, Any]) -> None:
     except Exception:
         conn.send(("failed", traceback.format_exc(limit=5)))
         return
+    freeze_heap()  # the model and the imports: no full collection walks them between decode steps
     lock = threading.Lock()
 
     def send(message: tuple[Any, ...]) -> None:
