@@ -128,6 +128,55 @@ class Recorder:
                 "after_last_answer_s": round(end - max(b for _, b in self.spans), 3)}
 
 
+class LoopMonitor:
+    """How the gateway's event loop spent a rollout, in phases. A task on the loop sleeps 1 ms at a time: how late
+    each wake-up comes is time the loop was held by other work, its own callbacks or a wait for the GIL (minus the
+    lateness of an idle loop, measured before). A thread reads the gateway thread's CPU clock every 5 ms: CPU
+    against that busy time tells the loop's own work from its waits for the GIL."""
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+        self.thread = gateway.server.thread
+        self.wakes: list[tuple[float, float]] = []  # (when, how late)
+        self.cpu: list[tuple[float, float]] = []  # (when, gateway thread CPU seconds)
+        self.idle_lateness = 0.0
+        self._running = False
+
+    async def _wake_up(self) -> None:
+        while self._running:
+            before = time.perf_counter()
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            self.wakes.append((now, max(0.0, now - before - 0.001)))
+
+    def _read_cpu(self) -> None:
+        clock = time.pthread_getcpuclockid(self.thread.ident)
+        while self._running:
+            self.cpu.append((time.perf_counter(), time.clock_gettime(clock)))
+            time.sleep(0.005)
+
+    async def start(self) -> None:
+        self._running = True
+        asyncio.run_coroutine_threadsafe(self._wake_up(), self.gateway.loop)
+        threading.Thread(target=self._read_cpu, name="bench-loop-monitor", daemon=True).start()
+        await asyncio.sleep(0.3)  # an idle loop's lateness, before the rollout
+        idle = [late for _, late in self.wakes]
+        self.idle_lateness = sorted(idle)[len(idle) // 2] if idle else 0.0
+        self.wakes.clear()
+        self.cpu.clear()
+
+    def stop(self) -> None:
+        self._running = False
+
+    def phase(self, a: float, b: float) -> dict[str, float]:
+        """Over [a, b] (perf_counter): the loop's busy share and the gateway thread's CPU share of the wall time."""
+        wall = max(b - a, 1e-9)
+        busy = sum(max(0.0, late - self.idle_lateness) for when, late in self.wakes if a < when <= b)
+        inside = [c for when, c in self.cpu if a <= when <= b]
+        cpu = inside[-1] - inside[0] if len(inside) > 1 else 0.0
+        return {"wall_s": round(wall, 3), "loop_busy": round(min(1.0, busy / wall), 2), "gateway_cpu": round(cpu / wall, 2)}
+
+
 def thread_cpu() -> dict[str, float]:
     """CPU seconds used so far by each live thread of this process, by thread name (Linux)."""
     names = {t.native_id: t.name for t in threading.enumerate()}
@@ -180,9 +229,19 @@ async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: A
                "--output", pyspy, "--threads", "--rate", "200", "--nonblocking"] + (["--gil"] if gil else [])
         spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await asyncio.sleep(1.0)
+    monitor = LoopMonitor(serving.gateway)
+    await monitor.start()
     started, wall_started = time.perf_counter(), time.time()
     report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=len(tasks) * n)
-    timeline = {**recorder.timeline(started, time.perf_counter()), **session_times(store, report.sessions, wall_started)}
+    ended = time.perf_counter()
+    monitor.stop()
+    timeline = {**recorder.timeline(started, ended), **session_times(store, report.sessions, wall_started)}
+    if "last_call_s" in timeline:  # the loop in three phases: calls arriving, the engine's, after the last answer
+        last_call, last_answer = started + timeline["last_call_s"], ended - timeline["after_last_answer_s"]
+        timeline["loop"] = {"arrivals": monitor.phase(started, last_call),
+                            "to_last_answer": monitor.phase(last_call, last_answer),
+                            "after_last_answer": monitor.phase(last_answer, ended),
+                            "idle_lateness_ms": round(1000 * monitor.idle_lateness, 3)}
     if spy is not None:
         spy.send_signal(2)
         spy.wait(timeout=60)
@@ -351,6 +410,11 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{r['median_call_s']}, last {r['last_call_s']}); the last session finished at "
                          f"{r.get('last_finish_s')} s; the rollout ended {r['after_last_answer_s']} s after the last "
                          "answer |||||||||||")
+        if "loop" in r:
+            lp = r["loop"]
+            phases = "; ".join(f"{name} {v['wall_s']} s: busy {v['loop_busy']:.0%}, gateway CPU {v['gateway_cpu']:.0%}"
+                               for name, v in lp.items() if isinstance(v, dict))
+            lines.append(f"| gateway loop | {phases} (an idle loop wakes {lp['idle_lateness_ms']} ms late) |||||||||||")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -147,6 +148,18 @@ def bench_backend(backend: str, url: str, args: argparse.Namespace, *, describe_
                                        key_hash=uuid.uuid4().hex)
             store.finish_session(sid, reward=1.0)
         results.append(Result(backend, "sessions opened + finished (a row is a session)", args.sessions,
+                              2 * args.sessions, time.perf_counter() - start))
+
+        # the same from 20 threads at once (the gateway's thread pool during a rollout's opening and its end)
+        def open_and_finish(i: int) -> None:
+            sid = store.create_session(run_id=run, task_id=f"c{i}", group_id="g", metadata={"step": 1, "sample": i},
+                                       key_hash=uuid.uuid4().hex)
+            store.finish_session(sid, reward=1.0)
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(20) as pool:
+            list(pool.map(open_and_finish, range(args.sessions)))
+        results.append(Result(backend, "sessions opened + finished, 20 threads (a row is a session)", args.sessions,
                               2 * args.sessions, time.perf_counter() - start))
 
         # read: the trainer's streaming read of whole sessions with their steps

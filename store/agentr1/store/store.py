@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -76,6 +77,7 @@ class TraceStore:
         self.images = images or ImageStore.for_database(str(engine.url))
         self._histories = HistoryCache()  # the messages of steps written lately: later steps store only their tail
         self._known_runs: set[str] = set()  # runs this store saw exist (runs are never deleted)
+        self._writer_turn = threading.Lock() if engine.dialect.name == "sqlite" else None  # see _one_writer
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -119,8 +121,24 @@ class TraceStore:
         return self.engine.dialect.name
 
     @contextmanager
+    def _one_writer(self, *, wait: bool = True) -> Iterator[bool]:
+        """On SQLite, this process's writers take turns on a lock of their own before they take SQLite's. A writer
+        that finds SQLite's write lock held sleeps in SQLite's busy handler (1, 2, 5, 10, ... ms) however soon the
+        lock is free: 20 threads opening 128 sessions took 80 ms against 25 ms one at a time, and 30-40 ms taking
+        turns here. Yields whether this writer has its turn (``wait=False``: only if it is free right now)."""
+        if self._writer_turn is None:
+            yield True
+            return
+        turn = self._writer_turn.acquire(blocking=wait)
+        try:
+            yield turn
+        finally:
+            if turn:
+                self._writer_turn.release()
+
+    @contextmanager
     def _write(self) -> Iterator[Session]:
-        with Session(self._writer_engine, expire_on_commit=False) as db:
+        with self._one_writer(), Session(self._writer_engine, expire_on_commit=False) as db:
             with db.begin():
                 yield db
 
@@ -201,7 +219,7 @@ class TraceStore:
         if run_id is not None and run_id not in self._known_runs:
             self.ensure_run(run_id)
         try:
-            with self._writer_engine.begin() as conn:
+            with self._one_writer(), self._writer_engine.begin() as conn:
                 conn.execute(_INSERT_SESSION, row)
         except IntegrityError as exc:
             if self._session_exists(session_id):
@@ -251,7 +269,7 @@ class TraceStore:
         """End a running session; ``reward`` is recorded as its outcome reward."""
         if status not in FINAL_STATUSES:
             raise ValueError(f"status must be one of {FINAL_STATUSES}, got {status!r}")
-        with self._writer_engine.begin() as conn:  # one statement decides between concurrent finishes
+        with self._one_writer(), self._writer_engine.begin() as conn:  # one statement decides between finishes
             ended = conn.execute(_FINISH_SESSION, {"b_id": session_id, "b_status": status, "b_error": error,
                                                    "b_finished_at": dt.datetime.now(dt.UTC)})
             if ended.rowcount == 0:  # type: ignore[attr-defined]
@@ -301,7 +319,9 @@ class TraceStore:
         feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
                     for fb in feedback]
         try:
-            with self._writer_engine.connect() as conn:
+            with self._one_writer(wait=wait) as turn, self._writer_engine.connect() as conn:
+                if not turn:  # another thread of this process is writing: SQLite's lock is not free either
+                    return False
                 raw = conn.connection.driver_connection  # (on SQLAlchemy's connection a PRAGMA would autobegin)
                 if not wait:
                     (busy_ms,) = raw.execute("PRAGMA busy_timeout").fetchone()
@@ -355,7 +375,7 @@ class TraceStore:
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         messages = externalize_images(messages, self.images)
-        with self._writer_engine.begin() as conn:
+        with self._one_writer(), self._writer_engine.begin() as conn:
             self._attach_many(conn, [FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)])
 
     @staticmethod
