@@ -87,7 +87,6 @@ class SessionRegistry:
         self._keys: dict[str, str] = {}  # key hash -> session id
         self._auto_by_conversation: OrderedDict[str, str] = OrderedDict()  # history hash -> auto session
         self._create_lock = asyncio.Lock()
-        self._runs: set[str] = set()  # runs known to be in the store
         self.max_cached = MAX_CACHED_SESSIONS  # session states kept in memory (least recently used go first)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -98,18 +97,13 @@ class SessionRegistry:
         key = new_session_key()
         run = run_id or self.default_run
 
-        def open_in_store() -> str:  # one thread hop; a run is looked up once (runs are never deleted)
-            if run not in self._runs:
-                self.store.ensure_run(run)
-            return self.store.create_session(run_id=run, task_id=task_id, group_id=group_id, metadata=metadata,
-                                             policy_version=policy_version, session_id=session_id,
-                                             key_hash=hash_key(key))
-
-        try:
-            sid = await asyncio.to_thread(open_in_store)
+        fields = {"run_id": run, "task_id": task_id, "group_id": group_id, "metadata": metadata,
+                  "policy_version": policy_version, "session_id": session_id, "key_hash": hash_key(key)}
+        try:  # in place when the store need not wait (SQLite, lock free: CPU only), else on a thread
+            sid = self.store.try_create_session(**fields) or await asyncio.to_thread(
+                lambda: self.store.create_session(**fields))
         except SessionExists as exc:
             raise APIError(409, str(exc), code="session_exists") from exc
-        self._runs.add(run)
         state = SessionState(id=sid, run_id=run, status="running", auto=auto)
         self._remember(state)
         self._keys[hash_key(key)] = sid

@@ -6,9 +6,10 @@ import datetime as dt
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -33,6 +34,7 @@ from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, Sessi
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 
 FINAL_STATUSES = ("finished", "failed", "abandoned")
+T = TypeVar("T")
 _STEPS = StepRow.__table__
 # The gateway's write path (append_steps, attach_feedback) runs these prebuilt Core statements on one
 # connection: building statements and an ORM session per commit cost more CPU than the SQL itself.
@@ -51,6 +53,19 @@ _ATTACH_FEEDBACK = (
     .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
     .values(feedback_messages=bindparam("b_messages"), feedback_ids=bindparam("b_ids"))
 )
+
+
+@dataclass(frozen=True)
+class _SessionFields:
+    """What a new session is created with (create_session's arguments)."""
+
+    run_id: str | None = None
+    task_id: str | None = None
+    group_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    policy_version: int = 0
+    session_id: str | None = None
+    key_hash: str | None = None
 
 
 def new_id() -> str:
@@ -142,6 +157,32 @@ class TraceStore:
             with db.begin():
                 yield db
 
+    def _transaction(self, write: Callable[[Connection], T], *, wait: bool) -> tuple[bool, T | None]:
+        """``(True, write(conn))``, run in one write transaction (Core). ``wait=False``: only if it need not wait: on
+        SQLite when no other writer holds the lock at this moment (``busy_timeout`` 0 for this one transaction);
+        else, and always on PostgreSQL (a network round trip), ``(False, None)`` with nothing written. For a caller
+        on an event loop: write in place when that costs only CPU, hand the work to a thread when it would wait."""
+        if not wait and self.dialect != "sqlite":
+            return False, None
+        with self._one_writer(wait=wait) as turn, self._writer_engine.connect() as conn:
+            if not turn:  # another thread of this process is writing: SQLite's lock is not free either
+                return False, None
+            raw = conn.connection.driver_connection  # (on SQLAlchemy's connection a PRAGMA would autobegin)
+            if not wait:
+                (busy_ms,) = raw.execute("PRAGMA busy_timeout").fetchone()
+                raw.execute("PRAGMA busy_timeout=0")
+            try:
+                with conn.begin():  # committed on exit
+                    result = write(conn)
+            except OperationalError as exc:
+                if wait or not _sqlite_busy(exc):
+                    raise
+                return False, None  # rolled back: nothing written
+            finally:
+                if not wait:
+                    raw.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+        return True, result
+
     @contextmanager
     def _read(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as db:
@@ -213,20 +254,36 @@ class TraceStore:
         session_id: str | None = None,
         key_hash: str | None = None,
     ) -> str:
-        session_id = session_id or new_id()
-        row = {"id": session_id, "run_id": run_id, "task_id": task_id, "group_id": group_id, "metadata": metadata or {},
-               "policy_version": policy_version, "key_hash": key_hash}
-        if run_id is not None and run_id not in self._known_runs:
-            self.ensure_run(run_id)
+        sid = self._create_session(_SessionFields(run_id, task_id, group_id, metadata, policy_version, session_id,
+                                                  key_hash), wait=True)
+        assert sid is not None
+        return sid
+
+    def try_create_session(self, **fields: Any) -> str | None:
+        """:meth:`create_session` if it need not wait (see :meth:`_transaction`; also not for a run this store has
+        not seen yet); None, with nothing written, if it would."""
+        session = _SessionFields(**fields)
+        if session.run_id is not None and session.run_id not in self._known_runs:
+            return None
+        return self._create_session(session, wait=False)
+
+    def _create_session(self, session: _SessionFields, *, wait: bool) -> str | None:
+        session_id = session.session_id or new_id()
+        row = {"id": session_id, "run_id": session.run_id, "task_id": session.task_id, "group_id": session.group_id,
+               "metadata": session.metadata or {}, "policy_version": session.policy_version,
+               "key_hash": session.key_hash}
+        if session.run_id is not None and session.run_id not in self._known_runs:
+            self.ensure_run(session.run_id)
         try:
-            with self._one_writer(), self._writer_engine.begin() as conn:
-                conn.execute(_INSERT_SESSION, row)
+            done, _ = self._transaction(lambda conn: conn.execute(_INSERT_SESSION, row), wait=wait)
         except IntegrityError as exc:
             if self._session_exists(session_id):
                 raise SessionExists(f"session {session_id!r} already exists") from exc
             raise
-        if run_id is not None:
-            self._known_runs.add(run_id)
+        if not done:
+            return None
+        if session.run_id is not None:
+            self._known_runs.add(session.run_id)
         return session_id
 
     def _session_exists(self, session_id: str) -> bool:
@@ -267,9 +324,20 @@ class TraceStore:
         self, session_id: str, *, status: str = "finished", reward: float | None = None, error: str | None = None
     ) -> None:
         """End a running session; ``reward`` is recorded as its outcome reward."""
+        self._finish_session(session_id, status, reward, error, wait=True)
+
+    def try_finish_session(self, session_id: str, *, status: str = "finished", reward: float | None = None,
+                           error: str | None = None) -> bool:
+        """:meth:`finish_session` if it need not wait (see :meth:`_transaction`); False, with nothing written, if it
+        would."""
+        return self._finish_session(session_id, status, reward, error, wait=False)
+
+    def _finish_session(self, session_id: str, status: str, reward: float | None, error: str | None, *,
+                        wait: bool) -> bool:
         if status not in FINAL_STATUSES:
             raise ValueError(f"status must be one of {FINAL_STATUSES}, got {status!r}")
-        with self._one_writer(), self._writer_engine.begin() as conn:  # one statement decides between finishes
+
+        def finish(conn: Connection) -> None:  # one statement decides between concurrent finishes
             ended = conn.execute(_FINISH_SESSION, {"b_id": session_id, "b_status": status, "b_error": error,
                                                    "b_finished_at": dt.datetime.now(dt.UTC)})
             if ended.rowcount == 0:  # type: ignore[attr-defined]
@@ -280,6 +348,9 @@ class TraceStore:
             if reward is not None:
                 conn.execute(insert(RewardRow), {"session_id": session_id, "value": float(reward), "name": "outcome",
                                                  "source": "agent"})
+
+        done, _ = self._transaction(finish, wait=wait)
+        return done
 
     def abandon_stale(self, older_than: dt.datetime, *, run_id: str | None = None) -> int:
         """Mark running sessions with no activity since ``older_than`` (created before it, no step stored
@@ -307,8 +378,6 @@ class TraceStore:
         this moment (``busy_timeout`` 0 for this one transaction); False, with nothing written, if one does, and
         always on PostgreSQL (a network round trip). For a caller on an event loop: commit in place when that
         costs only CPU, hand the batch to a thread when it would wait."""
-        if self.dialect != "sqlite":
-            return False
         return self._append(steps, feedback, wait=False)
 
     def _append(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord], *, wait: bool) -> bool:
@@ -318,26 +387,16 @@ class TraceStore:
         rows = [self._step_row(s) for s in steps]
         feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
                     for fb in feedback]
+
+        def write(conn: Connection) -> None:
+            if rows:
+                conn.execute(_INSERT_STEPS, rows)
+            self._attach_many(conn, feedback)
+
         try:
-            with self._one_writer(wait=wait) as turn, self._writer_engine.connect() as conn:
-                if not turn:  # another thread of this process is writing: SQLite's lock is not free either
-                    return False
-                raw = conn.connection.driver_connection  # (on SQLAlchemy's connection a PRAGMA would autobegin)
-                if not wait:
-                    (busy_ms,) = raw.execute("PRAGMA busy_timeout").fetchone()
-                    raw.execute("PRAGMA busy_timeout=0")
-                try:
-                    with conn.begin():  # one transaction, committed on exit (Core, not ORM)
-                        if rows:
-                            conn.execute(_INSERT_STEPS, rows)
-                        self._attach_many(conn, feedback)
-                except OperationalError as exc:
-                    if wait or not _sqlite_busy(exc):
-                        raise
-                    return False  # rolled back: nothing written
-                finally:
-                    if not wait:
-                        raw.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+            done, _ = self._transaction(write, wait=wait)
+            if not done:
+                return False
             self._histories.committed(steps)
             return True
         except IntegrityError as exc:
@@ -375,8 +434,8 @@ class TraceStore:
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         messages = externalize_images(messages, self.images)
-        with self._one_writer(), self._writer_engine.begin() as conn:
-            self._attach_many(conn, [FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)])
+        record = FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)
+        self._transaction(lambda conn: self._attach_many(conn, [record]), wait=True)
 
     @staticmethod
     def _attach_many(conn: Connection, feedback: Sequence[FeedbackRecord]) -> None:

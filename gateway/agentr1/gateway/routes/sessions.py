@@ -81,9 +81,10 @@ async def finish_session(session_id: str, body: SessionFinish, request: Request)
     gw = _gw(request)
     state = await gw.sessions.get(session_id)
     await gw.writer.flush()
-    try:
-        await asyncio.to_thread(gw.sessions.store.finish_session, session_id, status=body.status,
-                                reward=body.reward, error=body.error)
+    store, outcome = gw.sessions.store, {"status": body.status, "reward": body.reward, "error": body.error}
+    try:  # in place when the store need not wait (SQLite, lock free: CPU only), else on a thread
+        if not store.try_finish_session(session_id, **outcome):
+            await asyncio.to_thread(lambda: store.finish_session(session_id, **outcome))
     except SessionNotRunning as exc:
         raise APIError(409, str(exc), code="session_finished") from exc
     gw.sessions.mark_finished(state, body.status)
