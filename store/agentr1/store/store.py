@@ -378,6 +378,8 @@ class TraceStore:
         this moment (``busy_timeout`` 0 for this one transaction); False, with nothing written, if one does, and
         always on PostgreSQL (a network round trip). For a caller on an event loop: commit in place when that
         costs only CPU, hand the batch to a thread when it would wait."""
+        if self.dialect != "sqlite":  # (before the rows are built: the waiting write builds them again)
+            return False
         return self._append(steps, feedback, wait=False)
 
     def _append(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord], *, wait: bool) -> bool:
