@@ -1,0 +1,172 @@
+"""The gateway's CPU for one agent session, by request: open it, one chat call, end it.
+
+    .venv/bin/python bench/session_cpu.py                 # 200 sessions x 3 rounds, ~1 minute
+    .venv/bin/python bench/session_cpu.py --sessions 400 --rounds 5
+
+An embedded gateway (``agentr1.gateway.EmbeddedGateway``: uvicorn on a thread, SQLite store, the instant backend
+answering a fixed sentence with SmolLM2's tokenizer and chat template) serves a client in another process, one
+request at a time: ``POST /sessions`` for every session, then one chat completion each (the calculator example's
+system prompt, a question and its tool), then ``POST /sessions/{id}/finish`` each. The gateway thread's CPU clock
+(user + system, ``time.pthread_getcpuclockid``) is read around each phase: milliseconds of gateway CPU per request of
+each kind. The baseline, in the same run: a bare FastAPI app with the same three routes and pydantic bodies, answering
+at once, under the same uvicorn settings (``BackgroundServer``) and the same client. What agentr1 adds is the
+difference; a rollout of one-call sessions pays open + chat + finish on one event loop (docs/benchmarks.md, "Session 17
+on the H200").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the examples package
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+KINDS = ("open", "chat", "finish")
+
+
+class Chat(BaseModel):  # the bare app's bodies (module level: FastAPI resolves the annotations by name)
+    model: str
+    messages: list[dict[str, Any]]
+
+
+class Open(BaseModel):
+    task_id: str | None = None
+    group_id: str | None = None
+    run_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class Finish(BaseModel):
+    status: str
+
+
+def run_client(url: str, kind: str, state: str, sessions: int) -> None:
+    """One phase, sequentially: ``open`` writes the sessions (id, key) to ``state``; the others read them."""
+    import httpx
+    from examples.calculator.calculator import CALCULATOR, SYSTEM
+
+    with httpx.Client(timeout=60) as client:
+        if kind == "open":
+            opened = []
+            for i in range(sessions):
+                r = client.post(f"{url}/sessions", json={"task_id": f"t{i}", "group_id": "g", "run_id": "bench",
+                                                        "metadata": {"step": 0, "sample": i}})
+                r.raise_for_status()
+                opened.append((r.json()["id"], r.json().get("api_key", "")))
+            Path(state).write_text(json.dumps(opened))
+            return
+        for i, (sid, key) in enumerate(json.loads(Path(state).read_text())):
+            headers = {"Authorization": f"Bearer {key}"}
+            if kind == "chat":
+                body = {"model": "policy", "tools": [CALCULATOR], "max_tokens": 64, "temperature": 1.0,
+                        "messages": [{"role": "system", "content": SYSTEM},
+                                     {"role": "user", "content": f"What is {i} + 3?"}]}
+                r = client.post(f"{url}/sessions/{sid}/v1/chat/completions", json=body, headers=headers)
+            else:
+                r = client.post(f"{url}/sessions/{sid}/finish", json={"status": "finished"}, headers=headers)
+            r.raise_for_status()
+
+
+def floor_app() -> Any:
+    """The same routes with pydantic bodies, answering at once and storing nothing."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/ready")
+    async def ready() -> dict[str, bool]:
+        return {"ready": True}
+
+    @app.post("/sessions", status_code=201)
+    async def open_session(body: Open) -> dict[str, str]:
+        return {"id": "s", "api_key": "k"}
+
+    @app.post("/sessions/{sid}/v1/chat/completions")
+    async def chat(sid: str, body: Chat) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}]}
+
+    @app.post("/sessions/{sid}/finish")
+    async def finish(sid: str, body: Finish) -> dict[str, str]:
+        return {"id": sid, "status": body.status}
+
+    return app
+
+
+def measure(url: str, thread: Any, sessions: int, rounds: int, tmp: Path) -> dict[str, list[float]]:
+    """Gateway-thread CPU ms per request of each kind, one value per round."""
+    clock = time.pthread_getcpuclockid(thread.ident)
+    out: dict[str, list[float]] = {k: [] for k in KINDS}
+    for r in range(rounds):
+        state = str(tmp / f"sessions{r}.json")
+        for kind in KINDS:
+            before = time.clock_gettime(clock)
+            subprocess.run([sys.executable, __file__, "--client", url, kind, state, str(sessions)], check=True)
+            out[kind].append(1000 * (time.clock_gettime(clock) - before) / sessions)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--client", nargs=4, metavar=("URL", "KIND", "STATE", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        url, kind, state, n = args.client
+        run_client(url, kind, state, int(n))
+        return
+
+    from agentr1.core import resolve_model
+    from agentr1.core.rendering import load_renderer
+    from agentr1.gateway.backends.instant import InstantBackend
+    from agentr1.gateway.embedded import EmbeddedGateway
+    from agentr1.gateway.server import BackgroundServer
+    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.store import TraceStore
+
+    with tempfile.TemporaryDirectory(prefix="session-cpu-") as folder:
+        tmp = Path(folder)
+        db = f"sqlite:///{tmp / 'traces.db'}"
+        renderer = load_renderer(resolve_model("smollm2"))
+        backend = InstantBackend(renderer.tokenizer, "The answer is 12, which is the sum of the two numbers.",
+                                 model_name="policy")
+        with TraceStore.open(db) as store:
+            gateway = EmbeddedGateway(GatewaySettings(db=db, default_run="bench", accept_any_model=True, device="cpu"),
+                                      store=store, backend=backend, renderer=renderer).start()
+            try:
+                ours = measure(gateway.url, gateway.server.thread, args.sessions, args.rounds, tmp)
+            finally:
+                gateway.stop()
+        server = BackgroundServer(floor_app())
+        with server as url:
+            floor = measure(url, server.thread, args.sessions, args.rounds, tmp)
+
+    print(f"gateway-thread CPU ms per request, {args.sessions} sessions x {args.rounds} rounds "
+          f"(median of rounds; all rounds)\n")
+    print("| request | agentr1 | bare FastAPI | agentr1 - bare |")
+    print("|---|---:|---:|---:|")
+    for kind in (*KINDS, "session"):
+        a = [sum(ours[k][r] for k in KINDS) for r in range(args.rounds)] if kind == "session" else ours[kind]
+        f = [sum(floor[k][r] for k in KINDS) for r in range(args.rounds)] if kind == "session" else floor[kind]
+        ma, mf = statistics.median(a), statistics.median(f)
+        print(f"| {kind} | {ma:.2f} ({', '.join(f'{x:.2f}' for x in a)}) | {mf:.2f} ({', '.join(f'{x:.2f}' for x in f)}) "
+              f"| {ma - mf:.2f} |")
+    print(json.dumps({"bench": "session_cpu", "sessions": args.sessions, "agentr1": ours, "floor": floor,
+                      "loadavg": os.getloadavg()[0]}))
+
+
+if __name__ == "__main__":
+    main()
