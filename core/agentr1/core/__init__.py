@@ -4,9 +4,11 @@ registry helper and callable loader (:class:`Registry`, :func:`load_callable`).
 ``agentr1.core`` knows nothing of HTTP, SQL or training. The gateway renders prompts and parses
 sampled ids with it; the trainer, the SFT code and the CLI resolve models and rebuild assistant
 turns with the same code, so both sides agree token for token. Rendering is the public
-subpackage :mod:`agentr1.core.rendering`.
+subpackage :mod:`agentr1.core.rendering`. :func:`freeze_heap` / :func:`frozen_heap` keep Python's full garbage
+collections off the serving path (the engine process, agent workers, a rollout).
 """
 
+from agentr1.core.heap import freeze_heap, frozen_heap
 from agentr1.core.lazy import lazy_exports
 from agentr1.core.models import (
     build_tiny_random_model,
@@ -26,6 +28,8 @@ __all__ = [
     "ensure_smollm2",
     "ensure_tiny_model",
     "ensure_tiny_vlm",
+    "freeze_heap",
+    "frozen_heap",
     "is_vlm_dir",
     "lazy_exports",
     "load_callable",

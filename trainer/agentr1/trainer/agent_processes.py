@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from agentr1.core.heap import freeze_heap
+from agentr1.core import freeze_heap
 from agentr1.sdk import ActiveSession, configuration, configure, fail_session
 
 log = logging.getLogger("agentr1.trainer.agents")

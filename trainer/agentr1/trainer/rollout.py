@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentr1.core.heap import frozen_heap
+from agentr1.core import frozen_heap
 from agentr1.sdk import ActiveSession, areward, failure_kind, run_command, session
 from agentr1.trainer.agent_processes import AgentProcesses
 from agentr1.trainer.config import AgentConfig

@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentr1.core.heap import freeze_heap
+from agentr1.core import freeze_heap
 
 from ._rows import EngineStats, Row
 from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult
