@@ -25,6 +25,17 @@ class FloorBody(BaseModel):
     messages: list[dict[str, Any]]
 
 
+class FloorSession(BaseModel):
+    task_id: str | None = None
+    group_id: str | None = None
+    run_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class FloorFinish(BaseModel):
+    status: str
+
+
 @dataclass
 class RunningServer:
     url: str
@@ -61,7 +72,8 @@ def start_server(*, kind: str, model: str, db: str, durable: bool = True) -> Ite
 
 
 def floor_app(port: int):
-    """The HTTP floor: the same routes with pydantic bodies, answering at once and storing nothing.
+    """The HTTP floor: the gateway's session routes (open, chat, finish) with pydantic bodies, answering at once and
+    storing nothing.
     What the load generator and FastAPI/uvicorn cost by themselves on this machine."""
     from fastapi import FastAPI
 
@@ -71,13 +83,17 @@ def floor_app(port: int):
     async def ready() -> dict[str, bool]:
         return {"ready": True}
 
-    @app.post("/sessions")
-    async def session() -> dict[str, str]:
-        return {"id": "s", "base_url": f"http://127.0.0.1:{port}/sessions/s/v1"}
+    @app.post("/sessions", status_code=201)
+    async def session(body: FloorSession) -> dict[str, str]:
+        return {"id": "s", "api_key": "k", "base_url": f"http://127.0.0.1:{port}/sessions/s/v1"}
 
     @app.post("/sessions/{sid}/v1/chat/completions")
     async def chat(sid: str, body: FloorBody) -> dict[str, Any]:
         return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}]}
+
+    @app.post("/sessions/{sid}/finish")
+    async def finish(sid: str, body: FloorFinish) -> dict[str, str]:
+        return {"id": sid, "status": body.status}
 
     return app
 

@@ -9,7 +9,8 @@ request at a time: ``POST /sessions`` for every session, then one chat completio
 system prompt, a question and its tool), then ``POST /sessions/{id}/finish`` each. The gateway thread's CPU clock
 (user + system, ``time.pthread_getcpuclockid``) is read around each phase: milliseconds of gateway CPU per request of
 each kind. The baseline, in the same run: a bare FastAPI app with the same three routes and pydantic bodies, answering
-at once, under the same uvicorn settings (``BackgroundServer``) and the same client. What agentr1 adds is the
+at once (``bench/gateway_server.py``'s ``floor_app``), under the same uvicorn settings (``BackgroundServer``) and the
+same client. What agentr1 adds is the
 difference; a rollout of one-call sessions pays open + chat + finish on one event loop (docs/benchmarks.md, "Session 17
 on the H200").
 """
@@ -27,30 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples package
+sys.path.insert(0, str(ROOT / "bench"))  # gateway_server's bare app
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 KINDS = ("open", "chat", "finish")
-
-
-class Chat(BaseModel):  # the bare app's bodies (module level: FastAPI resolves the annotations by name)
-    model: str
-    messages: list[dict[str, Any]]
-
-
-class Open(BaseModel):
-    task_id: str | None = None
-    group_id: str | None = None
-    run_id: str | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class Finish(BaseModel):
-    status: str
 
 
 def run_client(url: str, kind: str, state: str, sessions: int) -> None:
@@ -78,31 +62,6 @@ def run_client(url: str, kind: str, state: str, sessions: int) -> None:
             else:
                 r = client.post(f"{url}/sessions/{sid}/finish", json={"status": "finished"}, headers=headers)
             r.raise_for_status()
-
-
-def floor_app() -> Any:
-    """The same routes with pydantic bodies, answering at once and storing nothing."""
-    from fastapi import FastAPI
-
-    app = FastAPI()
-
-    @app.get("/ready")
-    async def ready() -> dict[str, bool]:
-        return {"ready": True}
-
-    @app.post("/sessions", status_code=201)
-    async def open_session(body: Open) -> dict[str, str]:
-        return {"id": "s", "api_key": "k"}
-
-    @app.post("/sessions/{sid}/v1/chat/completions")
-    async def chat(sid: str, body: Chat) -> dict[str, Any]:
-        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}]}
-
-    @app.post("/sessions/{sid}/finish")
-    async def finish(sid: str, body: Finish) -> dict[str, str]:
-        return {"id": sid, "status": body.status}
-
-    return app
 
 
 def measure(url: str, thread: Any, sessions: int, rounds: int, tmp: Path) -> dict[str, list[float]]:
@@ -133,9 +92,10 @@ def main() -> None:
     from agentr1.core.rendering import load_renderer
     from agentr1.gateway.backends.instant import InstantBackend
     from agentr1.gateway.embedded import EmbeddedGateway
-    from agentr1.gateway.server import BackgroundServer
+    from agentr1.gateway.server import BackgroundServer, free_port
     from agentr1.gateway.settings import GatewaySettings
     from agentr1.store import TraceStore
+    from gateway_server import floor_app
 
     with tempfile.TemporaryDirectory(prefix="session-cpu-") as folder:
         tmp = Path(folder)
@@ -150,7 +110,8 @@ def main() -> None:
                 ours = measure(gateway.url, gateway.server.thread, args.sessions, args.rounds, tmp)
             finally:
                 gateway.stop()
-        server = BackgroundServer(floor_app())
+        port = free_port()
+        server = BackgroundServer(floor_app(port), port=port)
         with server as url:
             floor = measure(url, server.thread, args.sessions, args.rounds, tmp)
 

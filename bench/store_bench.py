@@ -141,31 +141,28 @@ def bench_backend(backend: str, url: str, args: argparse.Namespace, *, describe_
             store.append_steps([step])
         results.append(Result(backend, "write, 1 step per call", len(steps), len(steps), time.perf_counter() - start))
 
-        # sessions: opened and finished with a reward, one transaction each (POST /sessions and /finish)
-        start = time.perf_counter()
-        for i in range(args.sessions):
+        # sessions: opened and finished with a reward, one transaction each (POST /sessions and /finish), one at a
+        # time, then from 20 threads at once (the gateway's thread pool during a rollout's opening and its end)
+        def open_and_finish(i: int) -> None:
             sid = store.create_session(run_id=run, task_id=f"t{i}", group_id="g", metadata={"step": 1, "sample": i},
                                        key_hash=uuid.uuid4().hex)
             store.finish_session(sid, reward=1.0)
-        results.append(Result(backend, "sessions opened + finished (a row is a session)", args.sessions,
-                              2 * args.sessions, time.perf_counter() - start))
-
-        # the same from 20 threads at once (the gateway's thread pool during a rollout's opening and its end)
-        def open_and_finish(i: int) -> None:
-            sid = store.create_session(run_id=run, task_id=f"c{i}", group_id="g", metadata={"step": 1, "sample": i},
-                                       key_hash=uuid.uuid4().hex)
-            store.finish_session(sid, reward=1.0)
 
         start = time.perf_counter()
+        for i in range(args.sessions):
+            open_and_finish(i)
+        results.append(Result(backend, "sessions opened + finished (a row is a session)", args.sessions,
+                              2 * args.sessions, time.perf_counter() - start))
+        start = time.perf_counter()
         with ThreadPoolExecutor(20) as pool:
-            list(pool.map(open_and_finish, range(args.sessions)))
+            list(pool.map(open_and_finish, range(args.sessions, 2 * args.sessions)))
         results.append(Result(backend, "sessions opened + finished, 20 threads (a row is a session)", args.sessions,
                               2 * args.sessions, time.perf_counter() - start))
 
         # read: the trainer's streaming read of whole sessions with their steps
         total = n_read = 0
         start = time.perf_counter()
-        for session in store.iter_sessions(run, statuses=("running",), chunk_size=args.chunk_size):  # (not the above)
+        for session in store.iter_sessions(run, statuses=("running",), chunk_size=args.chunk_size):  # (the finished ones above are not read)
             total += len(session.steps)
             n_read += 1
             assert len(session.steps[-1].observation_ids) == args.obs

@@ -108,7 +108,7 @@ def test_a_writer_of_this_process_holding_its_turn_makes_the_others_decline_in_p
         inside.set()
         release.wait(5)
 
-    holder = threading.Thread(target=store._transaction, args=(slow_write,), kwargs={"wait": True})
+    holder = threading.Thread(target=store._writes.transaction, args=(slow_write,), kwargs={"wait": True})
     holder.start()
     assert inside.wait(5)
     assert store.try_append_steps([make_step(sid, 0)]) is False

@@ -14,6 +14,7 @@ import json
 import re
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -96,12 +97,11 @@ class SessionRegistry:
                      policy_version: int = 0, auto: bool = False) -> tuple[SessionState, str]:
         key = new_session_key()
         run = run_id or self.default_run
-
         fields = {"run_id": run, "task_id": task_id, "group_id": group_id, "metadata": metadata,
                   "policy_version": policy_version, "session_id": session_id, "key_hash": hash_key(key)}
-        try:  # in place when the store need not wait (SQLite, lock free: CPU only), else on a thread
-            sid = self.store.try_create_session(**fields) or await asyncio.to_thread(
-                lambda: self.store.create_session(**fields))
+        try:
+            sid = await _in_place_or_thread(lambda: self.store.try_create_session(**fields),
+                                            lambda: self.store.create_session(**fields))
         except SessionExists as exc:
             raise APIError(409, str(exc), code="session_exists") from exc
         state = SessionState(id=sid, run_id=run, status="running", auto=auto)
@@ -152,7 +152,11 @@ class SessionRegistry:
         self._remember(state)
         return state
 
-    def mark_finished(self, state: SessionState, status: str) -> None:
+    async def finish(self, state: SessionState, status: str, *, reward: float | None, error: str | None) -> None:
+        """End the session in the store (``SessionNotRunning`` if it already ended), then here."""
+        outcome = {"status": status, "reward": reward, "error": error}
+        await _in_place_or_thread(lambda: self.store.try_finish_session(state.id, **outcome),
+                                  lambda: self.store.finish_session(state.id, **outcome))
         state.status = status
         for conv, sid in list(self._auto_by_conversation.items()):
             if sid == state.id:
@@ -223,6 +227,13 @@ class SessionRegistry:
         self._auto_by_conversation[_prefix_keys([*messages, assistant])[-1]] = state.id
         while len(self._auto_by_conversation) > MAX_AUTO_CANDIDATES:
             self._auto_by_conversation.popitem(last=False)
+
+
+async def _in_place_or_thread(try_in_place: Callable[[], Any], write: Callable[[], Any]) -> Any:
+    """A store write on the event loop when the store need not wait for it (SQLite, its lock free: CPU only, as the
+    step writer commits), else ``write`` on a thread: a thread would hold the GIL for that CPU all the same, and wait
+    for it besides."""
+    return try_in_place() or await asyncio.to_thread(write)
 
 
 def explicit_session(request: Request, path_session: str | None) -> str | None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -32,15 +31,15 @@ from agentr1.store.errors import (
 from agentr1.store.history import HistoryCache, restore_histories
 from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
+from agentr1.store.writes import Writes
 
 FINAL_STATUSES = ("finished", "failed", "abandoned")
-T = TypeVar("T")
 _STEPS = StepRow.__table__
 # The gateway's write path (append_steps, attach_feedback) runs these prebuilt Core statements on one
 # connection: building statements and an ORM session per commit cost more CPU than the SQL itself.
-_SESSIONS_FOUND = select(SessionRow.__table__.c.id).where(SessionRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
-_INSERT_STEPS = insert(_STEPS)
 _SESSIONS = SessionRow.__table__
+_SESSIONS_FOUND = select(_SESSIONS.c.id).where(_SESSIONS.c.id.in_(bindparam("ids", expanding=True)))
+_INSERT_STEPS = insert(_STEPS)
 _INSERT_SESSION = insert(_SESSIONS)
 _SESSION_STATUS = select(_SESSIONS.c.status).where(_SESSIONS.c.id == bindparam("id"))
 _FINISH_SESSION = (
@@ -72,12 +71,6 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
-def _sqlite_busy(exc: OperationalError) -> bool:
-    """SQLite refused a lock another connection holds (SQLITE_BUSY / SQLITE_LOCKED)."""
-    text = str(exc.orig).lower()
-    return "locked" in text or "busy" in text
-
-
 class TraceStore:
     """Runs, sessions, steps and rewards in SQLite or PostgreSQL.
 
@@ -87,12 +80,11 @@ class TraceStore:
 
     def __init__(self, engine: Engine, images: ImageStore | None = None) -> None:
         self.engine = engine
-        self._writer_engine = engine.execution_options(sqlite_write=True)  # SQLite: BEGIN IMMEDIATE
+        self._writes = Writes(engine)  # every write transaction (store/writes.py)
         # image bytes by content hash, beside the database; steps keep references (see blobs.py)
         self.images = images or ImageStore.for_database(str(engine.url))
         self._histories = HistoryCache()  # the messages of steps written lately: later steps store only their tail
         self._known_runs: set[str] = set()  # runs this store saw exist (runs are never deleted)
-        self._writer_turn = threading.Lock() if engine.dialect.name == "sqlite" else None  # see _one_writer
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -136,54 +128,6 @@ class TraceStore:
         return self.engine.dialect.name
 
     @contextmanager
-    def _one_writer(self, *, wait: bool = True) -> Iterator[bool]:
-        """On SQLite, this process's writers take turns on a lock of their own before they take SQLite's. A writer
-        that finds SQLite's write lock held sleeps in SQLite's busy handler (1, 2, 5, 10, ... ms) however soon the
-        lock is free: 20 threads opening 128 sessions took 80 ms against 25 ms one at a time, and 30-40 ms taking
-        turns here. Yields whether this writer has its turn (``wait=False``: only if it is free right now)."""
-        if self._writer_turn is None:
-            yield True
-            return
-        turn = self._writer_turn.acquire(blocking=wait)
-        try:
-            yield turn
-        finally:
-            if turn:
-                self._writer_turn.release()
-
-    @contextmanager
-    def _write(self) -> Iterator[Session]:
-        with self._one_writer(), Session(self._writer_engine, expire_on_commit=False) as db:
-            with db.begin():
-                yield db
-
-    def _transaction(self, write: Callable[[Connection], T], *, wait: bool) -> tuple[bool, T | None]:
-        """``(True, write(conn))``, run in one write transaction (Core). ``wait=False``: only if it need not wait: on
-        SQLite when no other writer holds the lock at this moment (``busy_timeout`` 0 for this one transaction);
-        else, and always on PostgreSQL (a network round trip), ``(False, None)`` with nothing written. For a caller
-        on an event loop: write in place when that costs only CPU, hand the work to a thread when it would wait."""
-        if not wait and self.dialect != "sqlite":
-            return False, None
-        with self._one_writer(wait=wait) as turn, self._writer_engine.connect() as conn:
-            if not turn:  # another thread of this process is writing: SQLite's lock is not free either
-                return False, None
-            raw = conn.connection.driver_connection  # (on SQLAlchemy's connection a PRAGMA would autobegin)
-            if not wait:
-                (busy_ms,) = raw.execute("PRAGMA busy_timeout").fetchone()
-                raw.execute("PRAGMA busy_timeout=0")
-            try:
-                with conn.begin():  # committed on exit
-                    result = write(conn)
-            except OperationalError as exc:
-                if wait or not _sqlite_busy(exc):
-                    raise
-                return False, None  # rolled back: nothing written
-            finally:
-                if not wait:
-                    raw.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
-        return True, result
-
-    @contextmanager
     def _read(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as db:
             yield db
@@ -192,7 +136,7 @@ class TraceStore:
 
     def create_run(self, name: str = "", config: dict[str, Any] | None = None, *, run_id: str | None = None) -> str:
         run_id = run_id or new_id()
-        with self._write() as db:
+        with self._writes.orm() as db:
             db.add(RunRow(id=run_id, name=name, config=config or {}))
         return run_id
 
@@ -260,7 +204,7 @@ class TraceStore:
         return sid
 
     def try_create_session(self, **fields: Any) -> str | None:
-        """:meth:`create_session` if it need not wait (see :meth:`_transaction`; also not for a run this store has
+        """:meth:`create_session` if it need not wait (see :mod:`agentr1.store.writes`; also not for a run this store has
         not seen yet); None, with nothing written, if it would."""
         session = _SessionFields(**fields)
         if session.run_id is not None and session.run_id not in self._known_runs:
@@ -275,7 +219,7 @@ class TraceStore:
         if session.run_id is not None and session.run_id not in self._known_runs:
             self.ensure_run(session.run_id)
         try:
-            done, _ = self._transaction(lambda conn: conn.execute(_INSERT_SESSION, row), wait=wait)
+            done, _ = self._writes.transaction(lambda conn: conn.execute(_INSERT_SESSION, row), wait=wait)
         except IntegrityError as exc:
             if self._session_exists(session_id):
                 raise SessionExists(f"session {session_id!r} already exists") from exc
@@ -328,7 +272,7 @@ class TraceStore:
 
     def try_finish_session(self, session_id: str, *, status: str = "finished", reward: float | None = None,
                            error: str | None = None) -> bool:
-        """:meth:`finish_session` if it need not wait (see :meth:`_transaction`); False, with nothing written, if it
+        """:meth:`finish_session` if it need not wait (see :mod:`agentr1.store.writes`); False, with nothing written, if it
         would."""
         return self._finish_session(session_id, status, reward, error, wait=False)
 
@@ -349,7 +293,7 @@ class TraceStore:
                 conn.execute(insert(RewardRow), {"session_id": session_id, "value": float(reward), "name": "outcome",
                                                  "source": "agent"})
 
-        done, _ = self._transaction(finish, wait=wait)
+        done, _ = self._writes.transaction(finish, wait=wait)
         return done
 
     def abandon_stale(self, older_than: dt.datetime, *, run_id: str | None = None) -> int:
@@ -363,7 +307,7 @@ class TraceStore:
                                          ~recent_step.exists())
         if run_id is not None:
             query = query.where(SessionRow.run_id == run_id)
-        with self._write() as db:
+        with self._writes.orm() as db:
             result = db.execute(query.values(status="abandoned", finished_at=dt.datetime.now(dt.UTC)))
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
@@ -396,7 +340,7 @@ class TraceStore:
             self._attach_many(conn, feedback)
 
         try:
-            done, _ = self._transaction(write, wait=wait)
+            done, _ = self._writes.transaction(write, wait=wait)
             if not done:
                 return False
             self._histories.committed(steps)
@@ -437,7 +381,7 @@ class TraceStore:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         messages = externalize_images(messages, self.images)
         record = FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)
-        self._transaction(lambda conn: self._attach_many(conn, [record]), wait=True)
+        self._writes.transaction(lambda conn: self._attach_many(conn, [record]), wait=True)
 
     @staticmethod
     def _attach_many(conn: Connection, feedback: Sequence[FeedbackRecord]) -> None:
@@ -470,7 +414,7 @@ class TraceStore:
                 raise ValueError(f"reward source must be one of {REWARD_SOURCES}, got {r.source!r}")
         if not rewards:
             return
-        with self._write() as db:
+        with self._writes.orm() as db:
             for session_id in dict.fromkeys(r.session_id for r in rewards):
                 if db.scalar(select(SessionRow.id).where(SessionRow.id == session_id)) is None:
                     raise UnknownSession(session_id)

@@ -81,11 +81,8 @@ async def finish_session(session_id: str, body: SessionFinish, request: Request)
     gw = _gw(request)
     state = await gw.sessions.get(session_id)
     await gw.writer.flush()
-    store, outcome = gw.sessions.store, {"status": body.status, "reward": body.reward, "error": body.error}
-    try:  # in place when the store need not wait (SQLite, lock free: CPU only), else on a thread
-        if not store.try_finish_session(session_id, **outcome):
-            await asyncio.to_thread(lambda: store.finish_session(session_id, **outcome))
+    try:
+        await gw.sessions.finish(state, body.status, reward=body.reward, error=body.error)
     except SessionNotRunning as exc:
         raise APIError(409, str(exc), code="session_finished") from exc
-    gw.sessions.mark_finished(state, body.status)
     return {"id": session_id, "status": body.status}
