@@ -10,7 +10,9 @@ import pytest
 from store_workers import make_step
 
 from agentr1.store import (
+    NewSession,
     RewardRecord,
+    SessionEnd,
     SessionExists,
     SessionNotRunning,
     TraceStore,
@@ -58,6 +60,43 @@ def test_reward_errors_are_atomic(store: TraceStore) -> None:
     store.add_rewards([RewardRecord(sid, 1.0), RewardRecord(sid, 2.0, step_index=0)])
     rec = store.get_session(sid)
     assert (rec.reward, rec.steps[0].reward) == (1.0, 2.0)
+
+
+# -- many sessions at once (the trainer opens and ends a rollout's sessions in batches) ----------
+
+
+def test_create_sessions_stores_all_or_none(store: TraceStore) -> None:
+    ids = store.create_sessions([NewSession(run_id="bulk", task_id=f"t{i}", group_id="g", metadata={"sample": i},
+                                            policy_version=3, key_hash=f"h{i}") for i in range(3)]
+                                + [NewSession(run_id="bulk-2", session_id="named")])
+    assert len(set(ids)) == 4 and ids[3] == "named"
+    records = {s.id: s for s in store.list_sessions("bulk")}
+    assert [(records[sid].task_id, records[sid].metadata, records[sid].policy_version) for sid in ids[:3]] == [
+        (f"t{i}", {"sample": i}, 3) for i in range(3)]
+    assert store.session_for_key("h1") == ids[1]
+    assert [s.id for s in store.list_sessions("bulk-2")] == ["named"]  # a run created on first use
+    with pytest.raises(SessionExists, match="'named' already exists"):  # one taken id: nothing of the list
+        store.create_sessions([NewSession(run_id="bulk", session_id="fresh"), NewSession(session_id="named")])
+    with pytest.raises(SessionExists, match="'twice' is given twice"):
+        store.create_sessions([NewSession(session_id="twice"), NewSession(session_id="twice")])
+    assert len(store.list_sessions("bulk")) == 3 and store.create_sessions([]) == []
+
+
+def test_finish_sessions_ends_each_it_can_and_says_why_not_for_the_others(store: TraceStore) -> None:
+    a, b, done = (store.create_session(run_id="ends") for _ in range(3))
+    store.finish_session(done)
+    failures = store.finish_sessions([SessionEnd(a, reward=1.0), SessionEnd(done, reward=5.0),
+                                      SessionEnd("no-such"), SessionEnd(b, "failed", error="agent: boom")])
+    assert failures[0] is None and failures[3] is None
+    assert isinstance(failures[1], SessionNotRunning) and "already finished" in str(failures[1])
+    assert isinstance(failures[2], UnknownSession)
+    records = {s.id: s for s in store.list_sessions("ends")}
+    assert (records[a].status, records[a].reward) == ("finished", 1.0)
+    assert (records[b].status, records[b].error, records[b].reward) == ("failed", "agent: boom", None)
+    assert records[done].reward is None  # the refused end added no reward
+    with pytest.raises(ValueError, match="status must be one of"):  # checked before anything is written
+        store.finish_sessions([SessionEnd(store.create_session(), "paused")])
+    assert store.finish_sessions([]) == []
 
 
 # -- finish and abandon -------------------------------------------------------------------------

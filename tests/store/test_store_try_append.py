@@ -11,7 +11,7 @@ import time
 import pytest
 from store_workers import make_step
 
-from agentr1.store import SessionExists, SessionNotRunning, TraceStore
+from agentr1.store import NewSession, SessionEnd, SessionExists, SessionNotRunning, TraceStore
 
 
 def sqlite_path(store: TraceStore) -> str:
@@ -74,27 +74,27 @@ def test_the_waiting_writes_still_wait_for_the_lock_after_a_declined_try(sqlite_
 
 
 def test_sessions_open_and_finish_in_place_only_when_that_need_not_wait(sqlite_store: TraceStore) -> None:
-    """try_create_session / try_finish_session: as try_append_steps, for the gateway's session routes."""
+    """try_create_sessions / try_finish_sessions: as try_append_steps, for the gateway's session routes."""
     store = sqlite_store
-    assert store.try_create_session(run_id="new-run") is None  # a run it has not seen: that takes a lookup first
+    assert store.try_create_sessions([NewSession(run_id="new-run")]) is None  # a run not seen yet: a lookup first
     sid = store.create_session(run_id="try")
     other = hold_write_lock(sqlite_path(store))
     started = time.monotonic()
-    assert store.try_create_session(run_id="try", task_id="t", session_id="declined") is None
-    assert store.try_finish_session(sid, reward=1.0) is False
+    assert store.try_create_sessions([NewSession(run_id="try", task_id="t", session_id="declined")]) is None
+    assert store.try_finish_sessions([SessionEnd(sid, reward=1.0)]) is None
     assert time.monotonic() - started < 1.0  # declined at once, not after the busy timeout
     other.rollback()
     other.close()
     assert [s.id for s in store.list_sessions("try")] == [sid]  # nothing of the declined writes
     assert store.get_session(sid, steps=False).status == "running"
-    assert store.try_create_session(run_id="try", task_id="t", session_id="in-place") == "in-place"
-    assert store.try_finish_session(sid, reward=1.0) is True
+    assert store.try_create_sessions([NewSession(run_id="try", task_id="t", session_id="in-place")]) == ["in-place"]
+    assert store.try_finish_sessions([SessionEnd(sid, reward=1.0)]) == [None]
     record = store.get_session(sid, steps=False)
     assert (record.status, record.reward) == ("finished", 1.0)
-    with pytest.raises(SessionNotRunning):  # the errors of finish_session, from the in-place path too
-        store.try_finish_session(sid)
+    (again,) = store.try_finish_sessions([SessionEnd(sid)])  # the errors of finish_sessions, in place too
+    assert isinstance(again, SessionNotRunning)
     with pytest.raises(SessionExists):
-        store.try_create_session(run_id="try", session_id="in-place")
+        store.try_create_sessions([NewSession(run_id="try", session_id="in-place")])
 
 
 def test_a_writer_of_this_process_holding_its_turn_makes_the_others_decline_in_place(sqlite_store: TraceStore) -> None:
@@ -112,7 +112,7 @@ def test_a_writer_of_this_process_holding_its_turn_makes_the_others_decline_in_p
     holder.start()
     assert inside.wait(5)
     assert store.try_append_steps([make_step(sid, 0)]) is False
-    assert store.try_finish_session(sid) is False
+    assert store.try_finish_sessions([SessionEnd(sid)]) is None
     threading.Timer(0.3, release.set).start()
     store.append_steps([make_step(sid, 0)])  # waits for the turn
     holder.join(5)

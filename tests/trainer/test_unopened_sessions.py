@@ -9,37 +9,44 @@ create the chosen sessions (a database error), so the gateway answers ``POST /se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import threading
 from typing import Any
 
 import pytest
 from test_failures_train import URL_VAR, SandboxServer, job
 
-from agentr1.store import TraceStore
+from agentr1.sdk import SessionBatches
+from agentr1.store import NewSession, TraceStore
+from agentr1.trainer import rollout
 from agentr1.trainer.batch import BatchConfig, build_rows
 from agentr1.trainer.loop import Trainer
 
 
 class RefusingStore:
-    """Makes ``store.create_session`` fail (as a database that is down would) for the calls ``refuse``
-    picks; counts the refusals."""
+    """Makes the store fail to create sessions (as a database that is down would) for the calls ``refuse`` picks
+    (one call: the sessions of one ``POST /sessions``); counts the sessions refused."""
 
     def __init__(self, store: TraceStore, refuse: Any) -> None:
-        self.create, self.refuse, self.refused, self.calls = store.create_session, refuse, 0, 0
+        self.create, self.refuse, self.refused, self.calls = store.create_sessions, refuse, 0, 0
         self.lock = threading.Lock()
-        store.create_session = self  # type: ignore[method-assign]
+        store.create_sessions = self  # type: ignore[method-assign]
+        store.try_create_sessions = lambda sessions: None  # type: ignore[method-assign]  # (all through the above)
 
-    def __call__(self, **fields: Any) -> str:
+    def __call__(self, sessions: list[NewSession]) -> list[str]:
         with self.lock:
             self.calls += 1
-            refused = self.refuse(self.calls, fields)
-            self.refused += refused
+            refused = self.refuse(self.calls, dataclasses.asdict(sessions[0]))
+            self.refused += len(sessions) if refused else 0
         if refused:
             raise RuntimeError("database is locked")
-        return str(self.create(**fields))
+        return list(self.create(sessions))
 
 
-def rollout_with_refusals(tmp_path, model, monkeypatch, refuse, **algorithm: Any):
+def rollout_with_refusals(tmp_path, model, monkeypatch, refuse, *, batch: int = 1, **algorithm: Any):
+    """One rollout stage of the real trainer, its sessions opened ``batch`` to a request (at most)."""
+    monkeypatch.setattr(rollout, "SessionBatches", functools.partial(SessionBatches, max_batch=batch))
     config = job(tmp_path, model, **algorithm)
     server = SandboxServer()
     monkeypatch.setenv(URL_VAR, server.url)
@@ -54,13 +61,24 @@ def rollout_with_refusals(tmp_path, model, monkeypatch, refuse, **algorithm: Any
     finally:
         trainer.close()
         server.stop()
-    batch = build_rows(data.sessions, BatchConfig(layout="merged"), rewards=data.rewards)
-    return data, metrics, stored, batch, refusing
+    batch_rows = build_rows(data.sessions, BatchConfig(layout="merged"), rewards=data.rewards)
+    return data, metrics, stored, batch_rows, refusing
+
+
+@pytest.mark.timeout(600)
+def test_a_refused_batch_of_sessions_leaves_every_one_of_them_unopened(tmp_path, tiny_model_path, monkeypatch):
+    """The trainer opens a rollout's sessions in one request (6 here); the gateway refusing it is 6 missing
+    members: both groups dropped, nothing stored, each counted as a backend failure."""
+    data, metrics, stored, _, refusing = rollout_with_refusals(
+        tmp_path, tiny_model_path, monkeypatch, lambda n, fields: n == 1, batch=512, incomplete_groups="drop")
+    assert refusing.calls == 1 and refusing.refused == 6 and stored == []
+    assert metrics["failures/backend"] == 6 and metrics["rollout/unopened"] == 6
+    assert metrics["groups/dropped"] == 2 and data.sessions == []
 
 
 @pytest.mark.timeout(600)
 def test_a_session_the_gateway_refused_to_open_drops_its_group(tmp_path, tiny_model_path, monkeypatch):
-    # 2 groups x 3 samples; the second POST /sessions fails
+    # 2 groups x 3 samples, one session a request; the second POST /sessions fails
     data, metrics, stored, batch, refusing = rollout_with_refusals(
         tmp_path, tiny_model_path, monkeypatch, lambda n, fields: n == 2, incomplete_groups="drop")
     assert refusing.refused == 1 and len(stored) == 5  # one session never existed

@@ -99,12 +99,13 @@ def require_gateway_key(request: Request) -> None:
                    code="invalid_api_key")
 
 
-async def require_session_access(request: Request, session_id: str) -> None:
-    """The session's own key or the admin key, when access control is on."""
+async def require_session_access(request: Request, session_id: str, also: str | None = None) -> None:
+    """The session's own key or the admin key, when access control is on; ``also``: a key the request gives for
+    this session besides its headers (an item of a list of sessions, each with its own key)."""
     if not access_control_on(request):
         return
     gw = request.app.state.gateway
-    keys = presented_keys(request)
+    keys = presented_keys(request) + ([also] if also else [])
     if any(_same(k, gw.settings.admin_key) for k in keys):
         return
     run = run_of_key(request)

@@ -153,6 +153,16 @@ class SessionFinish(BaseModel):
     error: str | None = Field(None, max_length=20_000)
 
 
+class SessionEnding(SessionFinish):
+    """One session of a ``POST /sessions/finish`` list."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    api_key: str | None = Field(None, max_length=256)  # this session's key, if the request's headers do not do
+
+
+MAX_SESSIONS_PER_REQUEST = 4096  # a list of sessions to open or to end in one request
+
+
 class WeightUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str

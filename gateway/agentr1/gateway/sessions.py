@@ -9,6 +9,7 @@ API key (`Authorization: Bearer a1s-...`). Calls with none of these go to an aut
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import re
@@ -23,7 +24,15 @@ from starlette.requests import Request
 
 from agentr1.core.rendering import PreviousTurn, canonical_message
 from agentr1.gateway.errors import APIError
-from agentr1.store import SessionExists, StepRecord, TraceStore, UnknownSession
+from agentr1.store import (
+    NewSession,
+    SessionEnd,
+    SessionExists,
+    StepRecord,
+    StoreError,
+    TraceStore,
+    UnknownSession,
+)
 
 SESSION_HEADER = "x-agentr1-session"
 PARENT_SESSION_HEADER = "x-agentr1-parent-session"  # a sub-agent's session names the session that started it
@@ -95,19 +104,29 @@ class SessionRegistry:
     async def create(self, *, run_id: str | None = None, task_id: str | None = None, group_id: str | None = None,
                      metadata: dict[str, Any] | None = None, session_id: str | None = None,
                      policy_version: int = 0, auto: bool = False) -> tuple[SessionState, str]:
-        key = new_session_key()
-        run = run_id or self.default_run
-        fields = {"run_id": run, "task_id": task_id, "group_id": group_id, "metadata": metadata,
-                  "policy_version": policy_version, "session_id": session_id, "key_hash": hash_key(key)}
+        (created,) = await self.create_many([NewSession(run_id=run_id, task_id=task_id, group_id=group_id,
+                                                        metadata=metadata, policy_version=policy_version,
+                                                        session_id=session_id)], auto=auto)
+        return created
+
+    async def create_many(self, sessions: list[NewSession], *, auto: bool = False) -> list[tuple[SessionState, str]]:
+        """Create ``sessions`` (run: the default one where none is given) in one store transaction, all or none (a
+        409 ``session_exists`` if an id is taken); each one's state and key."""
+        keys = [new_session_key() for _ in sessions]
+        sessions = [dataclasses.replace(s, run_id=s.run_id or self.default_run, key_hash=hash_key(key))
+                    for s, key in zip(sessions, keys, strict=True)]
         try:
-            sid = await _in_place_or_thread(lambda: self.store.try_create_session(**fields),
-                                            lambda: self.store.create_session(**fields))
+            ids = await _in_place_or_thread(lambda: self.store.try_create_sessions(sessions),
+                                            lambda: self.store.create_sessions(sessions))
         except SessionExists as exc:
             raise APIError(409, str(exc), code="session_exists") from exc
-        state = SessionState(id=sid, run_id=run, status="running", auto=auto)
-        self._remember(state)
-        self._keys[hash_key(key)] = sid
-        return state, key
+        created = []
+        for sid, session, key in zip(ids, sessions, keys, strict=True):
+            state = SessionState(id=sid, run_id=session.run_id, status="running", auto=auto)
+            self._remember(state)
+            self._keys[session.key_hash] = sid  # type: ignore[index]
+            created.append((state, key))
+        return created
 
     async def create_named(self, session_id: str, *, parent: str | None = None) -> None:
         """Create the session a call names in its URL (``/sessions/my-run-17/v1/...``) on first use; a concurrent
@@ -154,13 +173,26 @@ class SessionRegistry:
 
     async def finish(self, state: SessionState, status: str, *, reward: float | None, error: str | None) -> None:
         """End the session in the store (``SessionNotRunning`` if it already ended), then here."""
-        outcome = {"status": status, "reward": reward, "error": error}
-        await _in_place_or_thread(lambda: self.store.try_finish_session(state.id, **outcome),
-                                  lambda: self.store.finish_session(state.id, **outcome))
-        state.status = status
-        for conv, sid in list(self._auto_by_conversation.items()):
-            if sid == state.id:
-                del self._auto_by_conversation[conv]
+        (failure,) = await self.finish_many([(state, SessionEnd(state.id, status, reward, error))])
+        if failure is not None:
+            raise failure
+
+    async def finish_many(self, ends: list[tuple[SessionState, SessionEnd]]) -> list[StoreError | None]:
+        """End sessions in one store transaction; for each, None or why it could not end (``SessionNotRunning``:
+        it had ended already), as :meth:`TraceStore.finish_sessions`."""
+        records = [end for _, end in ends]
+        failures: list[StoreError | None] = await _in_place_or_thread(
+            lambda: self.store.try_finish_sessions(records), lambda: self.store.finish_sessions(records))
+        ended = set()
+        for (state, end), failure in zip(ends, failures, strict=True):
+            if failure is None:
+                state.status = end.status
+                ended.add(state.id)
+        if ended and self._auto_by_conversation:
+            for conv, sid in list(self._auto_by_conversation.items()):
+                if sid in ended:
+                    del self._auto_by_conversation[conv]
+        return failures
 
     def _remember(self, state: SessionState) -> None:
         self._states[state.id] = state
@@ -232,8 +264,9 @@ class SessionRegistry:
 async def _in_place_or_thread(try_in_place: Callable[[], Any], write: Callable[[], Any]) -> Any:
     """A store write on the event loop when the store need not wait for it (SQLite, its lock free: CPU only, as the
     step writer commits), else ``write`` on a thread: a thread would hold the GIL for that CPU all the same, and wait
-    for it besides."""
-    return try_in_place() or await asyncio.to_thread(write)
+    for it besides. ``try_in_place`` returns None when it declined."""
+    done = try_in_place()
+    return done if done is not None else await asyncio.to_thread(write)
 
 
 def explicit_session(request: Request, path_session: str | None) -> str | None:

@@ -8,6 +8,7 @@
 """
 
 from agentr1.sdk.anchors import ANCHOR_PREFIX, aanchor, anchor, anchor_name, anchor_of_reward_name
+from agentr1.sdk.batches import SessionBatches
 from agentr1.sdk.client import configuration, configure, gateway_url
 from agentr1.sdk.context import ActiveSession, current_session
 from agentr1.sdk.errors import (
@@ -60,6 +61,7 @@ __all__ = [
     "NoActiveSession",
     "RunResult",
     "SessionAlreadyFinished",
+    "SessionBatches",
     "UnknownStep",
     "aanchor",
     "anchor",

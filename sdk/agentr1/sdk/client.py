@@ -78,9 +78,13 @@ def _raise_for(response: httpx.Response) -> dict[str, Any]:
         return body  # type: ignore[no-any-return]
     error = body.get("error") if isinstance(body, dict) else None
     message = (error or {}).get("message") or response.text[:300] or response.reason_phrase
-    code = (error or {}).get("code")
+    raise gateway_error(response.status_code, message, (error or {}).get("code"))
+
+
+def gateway_error(status: int, message: str, code: str | None) -> GatewayError:
+    """The SDK exception for an error the gateway answered."""
     kind = {"session_finished": SessionAlreadyFinished, "step_not_found": UnknownStep}.get(code or "", GatewayError)
-    raise kind(response.status_code, message, code)
+    return kind(status, message, code)
 
 
 def _describe(exc: BaseException) -> str:
@@ -165,6 +169,12 @@ def create_call(run_id: str | None, task_id: str | None, group_id: str | None,
     return "POST", "/sessions", None, _session_body(run_id, task_id, group_id, metadata)
 
 
+def create_many_call(sessions: list[dict[str, Any]]) -> tuple[str, str, None, list[dict[str, Any]]]:
+    """Open sessions in one request; each of ``sessions`` has create_call's fields as keywords."""
+    return "POST", "/sessions", None, [_session_body(s.get("run_id"), s.get("task_id"), s.get("group_id"),
+                                                     s.get("metadata")) for s in sessions]
+
+
 def reward_call(session: ActiveSession, value: float, name: str, step: int | None,
                 source: str) -> tuple[str, str, ActiveSession, dict[str, Any]]:
     return "POST", f"/sessions/{session.id}/rewards", session, {"value": value, "name": name, "step": step,
@@ -174,6 +184,12 @@ def reward_call(session: ActiveSession, value: float, name: str, step: int | Non
 def finish_call(session: ActiveSession, status: str, reward: float | None,
                 error: str | None) -> tuple[str, str, ActiveSession, dict[str, Any]]:
     return "POST", f"/sessions/{session.id}/finish", session, {"status": status, "reward": reward, "error": error}
+
+
+def finish_many_call(ends: list[tuple[ActiveSession, str, float | None, str | None]]) -> tuple[str, str, None, Any]:
+    """End sessions in one request: (session, status, reward, error) each, each with its own key."""
+    return "POST", "/sessions/finish", None, [{"id": s.id, "api_key": s.api_key, "status": status, "reward": reward,
+                                               "error": error} for s, status, reward, error in ends]
 
 
 def as_session(data: dict[str, Any]) -> ActiveSession:

@@ -44,12 +44,16 @@ class session:
     error and the exception propagates (finishing is tried twice when the gateway does not answer;
     "already finished" on the second try means the first landed). Inside an active session, a nested ``session`` joins the
     outer one (sub-agents belong to the same trajectory) unless ``new=True``.
+
+    ``active``: a session that is open already (``SessionBatches.open``): the code runs in it, and it is neither
+    opened nor ended here (whoever opened it ends it).
     """
 
     def __init__(self, *, task_id: str | None = None, group_id: str | None = None, run_id: str | None = None,
-                 metadata: dict[str, Any] | None = None, new: bool = False) -> None:
+                 metadata: dict[str, Any] | None = None, new: bool = False, active: ActiveSession | None = None) -> None:
         self.fields = (run_id, task_id, group_id, metadata)
         self.new = new
+        self.given = active
         self.reward: float | None = None
         self.active: ActiveSession | None = None
         self._owner = False
@@ -61,10 +65,15 @@ class session:
     def __enter__(self) -> ActiveSession:
         if (outer := self._join_outer()) is not None:
             return outer
+        if self.given is not None:
+            return self._run_in_given()
         method, path, _, body = create_call(*self.fields)
         return self._begin(request(method, path, json=body))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self.given is not None:
+            self._exit_context(exc)
+            return
         if not self._owner:
             return
         try:
@@ -84,10 +93,15 @@ class session:
     async def __aenter__(self) -> ActiveSession:
         if (outer := self._join_outer()) is not None:
             return outer
+        if self.given is not None:
+            return self._run_in_given()
         method, path, _, body = create_call(*self.fields)
         return self._begin(await arequest(method, path, json=body))
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self.given is not None:
+            self._exit_context(exc)
+            return
         if not self._owner:
             return
         try:
@@ -105,10 +119,10 @@ class session:
     # -- shared ----------------------------------------------------------------------------
 
     def _join_outer(self) -> ActiveSession | None:
-        """The enclosing session, which this one joins (unless ``new``); None: create a session."""
+        """The enclosing session, which this one joins (unless ``new`` or ``active``); None: create a session."""
         propagation.install()
         outer = current_session()
-        if outer is not None and not self.new:
+        if outer is not None and not self.new and self.given is None:
             self.active = outer
             return outer
         return None
@@ -118,6 +132,11 @@ class session:
         self.active, self._owner = as_session(created), True
         self._enter_context()
         return self.active
+
+    def _run_in_given(self) -> ActiveSession:
+        self.active = self.given
+        self._enter_context()
+        return self.active  # type: ignore[return-value]
 
     def _finish_failed(self, err: Exception, exc: BaseException | None) -> None:
         """Finishing the session failed: raise that, unless the body already raised (then only log)."""

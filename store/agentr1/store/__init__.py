@@ -22,7 +22,16 @@ from agentr1.store.errors import (
 )
 from agentr1.store.export import export_run, session_with_images
 from agentr1.store.jsonio import has_non_finite
-from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
+from agentr1.store.records import (
+    FeedbackRecord,
+    NewSession,
+    RewardRecord,
+    RunRecord,
+    SessionEnd,
+    SessionRecord,
+    StepRecord,
+    superseded_steps,
+)
 from agentr1.store.store import TraceStore, new_id
 
 __all__ = [
@@ -30,8 +39,10 @@ __all__ = [
     "IMAGE_REF_PREFIX",
     "FeedbackRecord",
     "ImageStore",
+    "NewSession",
     "RewardRecord",
     "RunRecord",
+    "SessionEnd",
     "SessionExists",
     "SessionNotRunning",
     "SessionRecord",

@@ -129,6 +129,29 @@ def superseded_steps(steps: list[StepRecord]) -> dict[int, int]:
     return {old: s.index for s in steps for old in (s.retry_of or ())}
 
 
+@dataclass(frozen=True)
+class NewSession:
+    """A session to create (:meth:`TraceStore.create_sessions`); ``session_id`` None: the store names it."""
+
+    run_id: str | None = None
+    task_id: str | None = None
+    group_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    policy_version: int = 0
+    session_id: str | None = None
+    key_hash: str | None = None  # the SHA-256 of the session's key
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """How a running session ends (:meth:`TraceStore.finish_sessions`); ``reward``: its outcome reward."""
+
+    session_id: str
+    status: str = "finished"
+    reward: float | None = None
+    error: str | None = None
+
+
 @dataclass(slots=True)
 class SessionRecord:
     id: str

@@ -7,7 +7,6 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, select, update
@@ -23,13 +22,23 @@ from agentr1.store.errors import (
     SessionNotRunning,
     StepConflict,
     StoreConnectionError,
+    StoreError,
     StoreNotMigrated,
     UnknownRun,
     UnknownSession,
     UnknownStep,
 )
 from agentr1.store.history import HistoryCache, restore_histories
-from agentr1.store.records import FeedbackRecord, RewardRecord, RunRecord, SessionRecord, StepRecord, superseded_steps
+from agentr1.store.records import (
+    FeedbackRecord,
+    NewSession,
+    RewardRecord,
+    RunRecord,
+    SessionEnd,
+    SessionRecord,
+    StepRecord,
+    superseded_steps,
+)
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 from agentr1.store.writes import Writes
 
@@ -52,19 +61,6 @@ _ATTACH_FEEDBACK = (
     .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
     .values(feedback_messages=bindparam("b_messages"), feedback_ids=bindparam("b_ids"))
 )
-
-
-@dataclass(frozen=True)
-class _SessionFields:
-    """What a new session is created with (create_session's arguments)."""
-
-    run_id: str | None = None
-    task_id: str | None = None
-    group_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    policy_version: int = 0
-    session_id: str | None = None
-    key_hash: str | None = None
 
 
 def new_id() -> str:
@@ -198,41 +194,51 @@ class TraceStore:
         session_id: str | None = None,
         key_hash: str | None = None,
     ) -> str:
-        sid = self._create_session(_SessionFields(run_id, task_id, group_id, metadata, policy_version, session_id,
-                                                  key_hash), wait=True)
-        assert sid is not None
-        return sid
+        return self.create_sessions([NewSession(run_id, task_id, group_id, metadata, policy_version, session_id,
+                                                key_hash)])[0]
 
-    def try_create_session(self, **fields: Any) -> str | None:
-        """:meth:`create_session` if it need not wait (see :mod:`agentr1.store.writes`; also not for a run this store has
-        not seen yet); None, with nothing written, if it would."""
-        session = _SessionFields(**fields)
-        if session.run_id is not None and session.run_id not in self._known_runs:
+    def create_sessions(self, sessions: Sequence[NewSession]) -> list[str]:
+        """Create ``sessions`` in one transaction, all or none (``SessionExists`` if an id is taken or given twice);
+        their ids, in order."""
+        ids = self._create_sessions(sessions, wait=True)
+        assert ids is not None
+        return ids
+
+    def try_create_sessions(self, sessions: Sequence[NewSession]) -> list[str] | None:
+        """:meth:`create_sessions` if it need not wait (see :mod:`agentr1.store.writes`; also not for a run this store
+        has not seen yet); None, with nothing written, if it would."""
+        if any(s.run_id is not None and s.run_id not in self._known_runs for s in sessions):
             return None
-        return self._create_session(session, wait=False)
+        return self._create_sessions(sessions, wait=False)
 
-    def _create_session(self, session: _SessionFields, *, wait: bool) -> str | None:
-        session_id = session.session_id or new_id()
-        row = {"id": session_id, "run_id": session.run_id, "task_id": session.task_id, "group_id": session.group_id,
-               "metadata": session.metadata or {}, "policy_version": session.policy_version,
-               "key_hash": session.key_hash}
-        if session.run_id is not None and session.run_id not in self._known_runs:
-            self.ensure_run(session.run_id)
+    def _create_sessions(self, sessions: Sequence[NewSession], *, wait: bool) -> list[str] | None:
+        rows = [{"id": s.session_id or new_id(), "run_id": s.run_id, "task_id": s.task_id, "group_id": s.group_id,
+                 "metadata": s.metadata or {}, "policy_version": s.policy_version, "key_hash": s.key_hash}
+                for s in sessions]
+        ids = [row["id"] for row in rows]
+        if not rows:
+            return ids
+        if len(set(ids)) < len(ids):
+            twice = next(sid for sid in ids if ids.count(sid) > 1)
+            raise SessionExists(f"session {twice!r} is given twice")
+        for run in {s.run_id for s in sessions} - {None} - self._known_runs:
+            self.ensure_run(run)  # type: ignore[arg-type]
         try:
-            done, _ = self._writes.transaction(lambda conn: conn.execute(_INSERT_SESSION, row), wait=wait)
+            done, _ = self._writes.transaction(lambda conn: conn.execute(_INSERT_SESSION, rows), wait=wait)
         except IntegrityError as exc:
-            if self._session_exists(session_id):
-                raise SessionExists(f"session {session_id!r} already exists") from exc
+            if (taken := self._existing_session(ids)) is not None:
+                raise SessionExists(f"session {taken!r} already exists") from exc
             raise
         if not done:
             return None
-        if session.run_id is not None:
-            self._known_runs.add(session.run_id)
-        return session_id
+        self._known_runs.update(s.run_id for s in sessions if s.run_id is not None)
+        return ids
 
-    def _session_exists(self, session_id: str) -> bool:
+    def _existing_session(self, session_ids: list[str]) -> str | None:
+        """The first of ``session_ids`` that is stored, if any."""
         with self.engine.connect() as conn:
-            return conn.execute(_SESSION_STATUS, {"id": session_id}).first() is not None
+            found = set(conn.execute(_SESSIONS_FOUND, {"ids": session_ids}).scalars())
+        return next((sid for sid in session_ids if sid in found), None)
 
     def session_for_key(self, key_hash: str) -> str | None:
         with self._read() as db:
@@ -267,34 +273,54 @@ class TraceStore:
     def finish_session(
         self, session_id: str, *, status: str = "finished", reward: float | None = None, error: str | None = None
     ) -> None:
-        """End a running session; ``reward`` is recorded as its outcome reward."""
-        self._finish_session(session_id, status, reward, error, wait=True)
+        """End a running session; ``reward`` is recorded as its outcome reward. ``UnknownSession``, or
+        ``SessionNotRunning`` if it already ended."""
+        (failure,) = self.finish_sessions([SessionEnd(session_id, status, reward, error)])
+        if failure is not None:
+            raise failure
 
-    def try_finish_session(self, session_id: str, *, status: str = "finished", reward: float | None = None,
-                           error: str | None = None) -> bool:
-        """:meth:`finish_session` if it need not wait (see :mod:`agentr1.store.writes`); False, with nothing written, if it
-        would."""
-        return self._finish_session(session_id, status, reward, error, wait=False)
+    def finish_sessions(self, ends: Sequence[SessionEnd]) -> list[StoreError | None]:
+        """End running sessions in one transaction; for each, None if it ended here, else why not
+        (``UnknownSession``, or ``SessionNotRunning``: it had ended already): those are left as they were and the
+        others end all the same."""
+        failures = self._finish_sessions(ends, wait=True)
+        assert failures is not None
+        return failures
 
-    def _finish_session(self, session_id: str, status: str, reward: float | None, error: str | None, *,
-                        wait: bool) -> bool:
-        if status not in FINAL_STATUSES:
-            raise ValueError(f"status must be one of {FINAL_STATUSES}, got {status!r}")
+    def try_finish_sessions(self, ends: Sequence[SessionEnd]) -> list[StoreError | None] | None:
+        """:meth:`finish_sessions` if it need not wait (see :mod:`agentr1.store.writes`); None, with nothing written,
+        if it would."""
+        return self._finish_sessions(ends, wait=False)
 
-        def finish(conn: Connection) -> None:  # one statement decides between concurrent finishes
-            ended = conn.execute(_FINISH_SESSION, {"b_id": session_id, "b_status": status, "b_error": error,
-                                                   "b_finished_at": dt.datetime.now(dt.UTC)})
-            if ended.rowcount == 0:  # type: ignore[attr-defined]
-                current = conn.execute(_SESSION_STATUS, {"id": session_id}).scalar()
-                if current is None:
-                    raise UnknownSession(session_id)
-                raise SessionNotRunning(f"session {session_id!r} is already {current}")
-            if reward is not None:
-                conn.execute(insert(RewardRow), {"session_id": session_id, "value": float(reward), "name": "outcome",
-                                                 "source": "agent"})
+    def _finish_sessions(self, ends: Sequence[SessionEnd], *, wait: bool) -> list[StoreError | None] | None:
+        for end in ends:
+            if end.status not in FINAL_STATUSES:
+                raise ValueError(f"status must be one of {FINAL_STATUSES}, got {end.status!r}")
 
-        done, _ = self._writes.transaction(finish, wait=wait)
-        return done
+        def finish(conn: Connection) -> list[StoreError | None]:  # one statement each decides between finishes
+            now = dt.datetime.now(dt.UTC)
+            failures: list[StoreError | None] = []
+            rewards = []
+            for end in ends:
+                ended = conn.execute(_FINISH_SESSION, {"b_id": end.session_id, "b_status": end.status,
+                                                       "b_error": end.error, "b_finished_at": now})
+                if ended.rowcount == 0:  # type: ignore[attr-defined]
+                    current = conn.execute(_SESSION_STATUS, {"id": end.session_id}).scalar()
+                    failures.append(UnknownSession(end.session_id) if current is None else
+                                    SessionNotRunning(f"session {end.session_id!r} is already {current}"))
+                    continue
+                failures.append(None)
+                if end.reward is not None:
+                    rewards.append({"session_id": end.session_id, "value": float(end.reward), "name": "outcome",
+                                    "source": "agent"})
+            if rewards:
+                conn.execute(insert(RewardRow), rewards)
+            return failures
+
+        if not ends:
+            return []
+        done, failures = self._writes.transaction(finish, wait=wait)
+        return failures if done else None
 
     def abandon_stale(self, older_than: dt.datetime, *, run_id: str | None = None) -> int:
         """Mark running sessions with no activity since ``older_than`` (created before it, no step stored

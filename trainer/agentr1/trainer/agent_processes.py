@@ -8,12 +8,12 @@ the H200 held the GIL for about as long as the rollout took). With ``processes``
 in that many spawned worker processes, each with its own event loop and GIL; the gateway keeps the
 trainer's.
 
-:class:`AgentProcesses` hands one session at a time to the worker with the fewest sessions in flight
-(each worker runs any number at once, as the trainer's own loop does) and returns that session's
-:class:`~agentr1.trainer.rollout.RolloutReport`. A worker tells the trainer each session as soon as the
-gateway opened it; a worker that dies fails the sessions it had in flight, in the report and in the
-store (finished as failed, kind ``agent``, through the gateway: their error names the exit code), and is
-replaced on the next session. Workers are spawned, not forked
+The trainer opens each session and ends it (many to a request); :class:`AgentProcesses` hands the open
+session and its task to the worker with the fewest sessions in flight (each worker runs any number at
+once, as the trainer's own loop does), which runs the agent in it and answers how it ended
+(:class:`~agentr1.trainer.rollout.SessionOutcome`). A worker that dies fails the sessions it had in
+flight (failure kind ``agent``, their error names the exit code), and is replaced on the next session.
+Workers are spawned, not forked
 (the trainer holds CUDA and threads), when the pool is made: their start (imports, ~1-2 s) is not paid
 inside the first rollout. Each imports the agent's module itself, so the entrypoint must be importable
 by name (as it must be for ``agentr1 train`` anyway); each session carries the SDK's configuration
@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from agentr1.core import freeze_heap
-from agentr1.sdk import ActiveSession, configuration, configure, fail_session
+from agentr1.sdk import ActiveSession, configuration, configure, tagged_error
 
 log = logging.getLogger("agentr1.trainer.agents")
 
@@ -48,7 +48,6 @@ class _Worker:
     process: Any  # multiprocessing.Process (spawn context)
     conn: Connection
     in_flight: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = field(default_factory=dict)
-    opened: dict[int, ActiveSession] = field(default_factory=dict)  # the in-flight jobs' sessions, once open
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     ready: threading.Event = field(default_factory=threading.Event)  # it has imported the agent
     dead: str | None = None  # why, once it is
@@ -88,8 +87,8 @@ class AgentProcesses:
                     self._workers[i] = self._start(worker.index)
             return min(self._workers, key=lambda w: len(w.in_flight))
 
-    async def run(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int, step: int) -> Any:
-        """One session of the agent in a worker; its :class:`RolloutReport` (one session's counts)."""
+    async def run(self, task: dict[str, Any], active: ActiveSession) -> Any:
+        """The agent on ``task`` in the open session ``active``, in a worker; its :class:`SessionOutcome`."""
         worker = self._pick()
         job = next(self._jobs)
         loop = asyncio.get_running_loop()
@@ -98,7 +97,7 @@ class AgentProcesses:
             worker.in_flight[job] = (loop, future)
         try:
             with worker.send_lock:
-                worker.conn.send((job, task, run_id, group_id, sample, step, configuration()))
+                worker.conn.send((job, task, active, configuration()))
         except (OSError, EOFError, ValueError) as exc:  # the pipe broke: the worker is gone
             self._fail(worker, f"could not take the session ({type(exc).__name__}: {exc})")
         return await future
@@ -115,31 +114,21 @@ class AgentProcesses:
             if job is None:  # the worker's greeting: the agent is imported, sessions start at once now
                 worker.ready.set()
                 continue
-            if isinstance(report, ActiveSession):  # the job's session is open
-                with self._lock:
-                    if job in worker.in_flight:
-                        worker.opened[job] = report
-                continue
             with self._lock:
                 loop, future = worker.in_flight.pop(job, (None, None))
-                worker.opened.pop(job, None)
             if future is not None:
                 loop.call_soon_threadsafe(_settle, future, report, None)
 
     def _fail(self, worker: _Worker, why: str) -> None:
-        from agentr1.trainer.rollout import RolloutReport
+        from agentr1.trainer.rollout import SessionOutcome
 
         with self._lock:
             worker.dead = worker.dead or why
             pending, worker.in_flight = worker.in_flight, {}
-            opened, worker.opened = worker.opened, {}
-        for job, (loop, future) in pending.items():
+        for loop, future in pending.values():
             error = f"agent worker process {worker.index} {worker.dead} with this session in flight"
-            report = RolloutReport(failed=1, errors=[error])
-            if (active := opened.get(job)) is not None:
-                report.sessions.append(active.id)
-                _finish_failed(active, error)
-            loop.call_soon_threadsafe(_settle, future, report, None)
+            outcome = SessionOutcome("failed", error=tagged_error("agent", error), summary=error)
+            loop.call_soon_threadsafe(_settle, future, outcome, None)
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Block until every worker has started and imported the agent (a benchmark's clock starts after)."""
@@ -165,14 +154,6 @@ class AgentProcesses:
             worker.conn.close()
 
 
-def _finish_failed(active: ActiveSession, error: str) -> None:
-    """Record a dead worker's session as failed (the worker cannot): the gateway stores the outcome."""
-    try:
-        fail_session(active, "agent", error)
-    except Exception as exc:  # the session stays running in the store; the report still counts it failed
-        log.warning("could not mark session %s failed after its worker died: %s", active.id, exc)
-
-
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if not future.done():
         future.set_result(result) if error is None else future.set_exception(error)
@@ -181,24 +162,21 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
     """A worker: runs every session it is sent at once on its own event loop, answers each when it ends."""
     from agentr1.trainer.config import AgentConfig
-    from agentr1.trainer.rollout import AgentRunner, RolloutReport, use_session_threads
+    from agentr1.trainer.rollout import AgentRunner, SessionOutcome, use_session_threads
 
     runner = AgentRunner(AgentConfig.model_validate({**agent_config, "processes": 1}))
     freeze_heap()  # the imports and the agent's module: no full collection walks them mid-rollout
     conn.send((None, None))
 
-    async def one(job: int, task: dict[str, Any], run_id: str, group_id: str, sample: int, step: int,
-                  sdk_configuration: dict[str, Any]) -> None:
+    async def one(job: int, task: dict[str, Any], active: ActiveSession, sdk_configuration: dict[str, Any]) -> None:
         if sdk_configuration != configuration():  # the gateway the trainer's SDK points at, when it was sent
             configure(**sdk_configuration)
-        report = RolloutReport()
         try:
-            await runner.run(task, run_id=run_id, group_id=group_id, sample=sample, step=step, report=report,
-                             on_open=lambda active: conn.send((job, active)))
-        except Exception as exc:  # (AgentRunner.run counts the agent's own errors: this is its own failing)
-            report.failed += 1
-            report.errors.append(f"agent worker: {type(exc).__name__}: {exc}")
-        conn.send((job, report))
+            outcome = await runner.play(task, active)
+        except Exception as exc:  # (play counts the agent's own errors: this is its own failing)
+            error = f"agent worker: {type(exc).__name__}: {exc}"
+            outcome = SessionOutcome("failed", error=tagged_error("agent", error), summary=error)
+        conn.send((job, outcome))
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()

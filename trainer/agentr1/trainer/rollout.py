@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentr1.core import frozen_heap
-from agentr1.sdk import ActiveSession, areward, failure_kind, run_command, session
+from agentr1.sdk import ActiveSession, SessionBatches, failure_error_text, failure_kind, run_command, session
 from agentr1.trainer.agent_processes import AgentProcesses
 from agentr1.trainer.config import AgentConfig
 from agentr1.trainer.tasks import load_callable
+
+log = logging.getLogger("agentr1.trainer.rollout")
 
 
 @dataclass(frozen=True)
@@ -49,15 +53,6 @@ class RolloutReport:
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)  # the first few, for the log
 
-    def merge(self, other: RolloutReport) -> None:
-        """Add ``other``'s sessions and counts (a session run elsewhere: ``agent.processes``)."""
-        self.sessions.extend(other.sessions)
-        self.unopened.extend(other.unopened)
-        self.finished += other.finished
-        self.failed += other.failed
-        self.timed_out += other.timed_out
-        self.errors.extend(other.errors[:max(0, 5 - len(self.errors))])
-
 
 def use_session_threads(sessions: int) -> None:
     """Sync agents run on the running loop's default executor, one thread a session: make room for ``sessions``
@@ -66,8 +61,26 @@ def use_session_threads(sessions: int) -> None:
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=sessions + 4))
 
 
+@dataclass(frozen=True)
+class SessionOutcome:
+    """How an agent's run in its session ended: what the session is finished with, and what the report counts."""
+
+    status: str  # "finished" or "failed"
+    reward: float | None = None  # the agent's own outcome reward (a number it returned)
+    error: str | None = None  # the failed session's error, its failure kind first (agentr1.sdk.failures)
+    timed_out: bool = False
+    summary: str = ""  # one line for the rollout's log
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished"
+
+
 class AgentRunner:
-    """Runs the configured agent for one task inside the current session."""
+    """Runs the configured agent for one task in a session of its own.
+
+    Sessions are opened and ended many to a request (``agentr1.sdk.SessionBatches``, one per event loop): one
+    request each would cost the gateway two more HTTP requests per session, as much CPU as the model call."""
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
@@ -78,6 +91,8 @@ class AgentRunner:
         self.workers: AgentProcesses | None = None
         if config.processes > 1:
             self.workers = AgentProcesses(config.model_dump(), config.processes)
+        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SessionBatches] = \
+            weakref.WeakKeyDictionary()
 
     def close(self) -> None:
         """Stop the worker processes, if any (sessions still in flight there are cancelled)."""
@@ -85,49 +100,58 @@ class AgentRunner:
             self.workers.close()
 
     async def run(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int, step: int,
-                  report: RolloutReport, on_open: Callable[[ActiveSession], None] | None = None) -> None:
-        """One session of the agent on ``task``, counted into ``report``. ``on_open``: told the session as soon
-        as the gateway opened it (an entrypoint agent's; a worker process tells the trainer, which fails the
-        session in the store should the worker die)."""
-        if self.workers is not None:
-            report.merge(await self.workers.run(task, run_id=run_id, group_id=group_id, sample=sample, step=step))
-            return
-        timeout = self.config.timeout_s
+                  report: RolloutReport) -> None:
+        """One session of the agent on ``task``, counted into ``report``."""
         if self.config.command is not None:
-            try:  # run_command opens the session first: an error before the command ran is that
-                result = await asyncio.to_thread(run_command, self.config.command, task, timeout_s=timeout,
-                                                 task_id=task["id"], group_id=group_id, run_id=run_id)
-            except Exception as exc:
-                self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
-                return
-            report.sessions.append(result.session_id)
-            self._count(report, ok=result.ok, timed_out=result.timed_out, error=result.stderr[-300:])
+            await self._run_command(task, run_id=run_id, group_id=group_id, sample=sample, report=report)
             return
-        assert self.fn is not None
         metadata: dict[str, Any] = {"step": step, "sample": sample}
         if self.config.context is not None:  # the gateway applies it to every call of the session
             metadata["context"] = self.config.context
-        opened = False
+        batches = self._batches.setdefault(asyncio.get_running_loop(), SessionBatches())
         try:
-            async with session(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata,
-                               new=True) as active:
-                opened = True
-                report.sessions.append(active.id)
-                if on_open is not None:
-                    on_open(active)
+            active = await batches.open(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata)
+        except Exception as exc:
+            self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
+            return
+        report.sessions.append(active.id)
+        outcome = await (self.workers.run(task, active) if self.workers is not None else self.play(task, active))
+        try:
+            await batches.finish(active, outcome.status, reward=outcome.reward, error=outcome.error)
+        except Exception as exc:
+            if outcome.ok:  # the session stays running in the store: not a finished trajectory
+                outcome = SessionOutcome("failed", summary=f"could not finish the session: {type(exc).__name__}: "
+                                                           f"{exc}")
+            else:
+                log.warning("could not mark session %s failed: %s", active.id, exc)
+        self._count(report, ok=outcome.ok, timed_out=outcome.timed_out, error=outcome.summary)
+
+    async def play(self, task: dict[str, Any], active: ActiveSession) -> SessionOutcome:
+        """Run the agent on ``task`` in the open session ``active``; how it ended (the session is left open)."""
+        assert self.fn is not None
+        timeout = self.config.timeout_s
+        try:
+            async with session(active=active):
                 call = self.fn(task) if inspect.iscoroutinefunction(self.fn) else asyncio.to_thread(self.fn, task)
                 result = await asyncio.wait_for(call, timeout)
-                if isinstance(result, int | float) and not isinstance(result, bool):
-                    await areward(float(result), name="agent")
         except Exception as exc:
-            if not opened:
-                self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
-            elif isinstance(exc, TimeoutError):
-                self._count(report, ok=False, timed_out=True, error=f"timed out after {timeout:.0f} s")
-            else:
-                self._count(report, ok=False, timed_out=False, error=f"{type(exc).__name__}: {exc}")
-        else:
-            self._count(report, ok=True, timed_out=False, error="")
+            timed_out = isinstance(exc, TimeoutError)
+            summary = f"timed out after {timeout:.0f} s" if timed_out else f"{type(exc).__name__}: {exc}"
+            return SessionOutcome("failed", error=failure_error_text(exc), timed_out=timed_out, summary=summary)
+        number = isinstance(result, int | float) and not isinstance(result, bool)
+        return SessionOutcome("finished", reward=float(result) if number else None)
+
+    async def _run_command(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int,
+                           report: RolloutReport) -> None:
+        assert self.config.command is not None
+        try:  # run_command opens the session first: an error before the command ran is that
+            result = await asyncio.to_thread(run_command, self.config.command, task, timeout_s=self.config.timeout_s,
+                                             task_id=task["id"], group_id=group_id, run_id=run_id)
+        except Exception as exc:
+            self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
+            return
+        report.sessions.append(result.session_id)
+        self._count(report, ok=result.ok, timed_out=result.timed_out, error=result.stderr[-300:])
 
     def _unopened(self, report: RolloutReport, exc: Exception, *, task: dict[str, Any], group_id: str,
                   sample: int) -> None:

@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
+from pydantic import Field
 
 from agentr1.gateway.auth import require_session_access, session_run
 from agentr1.gateway.branches import branch_report
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
-from agentr1.gateway.errors import APIError
-from agentr1.gateway.schemas import RewardCreate, SessionCreate, SessionFinish
-from agentr1.store import RewardRecord, SessionNotRunning, UnknownSession, UnknownStep, session_with_images
+from agentr1.gateway.errors import APIError, error_body
+from agentr1.gateway.schemas import (
+    MAX_SESSIONS_PER_REQUEST,
+    RewardCreate,
+    SessionCreate,
+    SessionEnding,
+    SessionFinish,
+)
+from agentr1.store import (
+    NewSession,
+    RewardRecord,
+    SessionEnd,
+    SessionNotRunning,
+    UnknownSession,
+    UnknownStep,
+    session_with_images,
+)
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -23,25 +38,71 @@ def _gw(request: Request) -> Gateway:
     return gateway
 
 
+SessionList = Annotated[list[SessionCreate], Field(max_length=MAX_SESSIONS_PER_REQUEST)]
+
+
 @router.post("", status_code=201)
-async def create_session(body: SessionCreate, request: Request) -> dict[str, Any]:
-    run_id = session_run(request, body.run_id)
+async def create_session(body: SessionCreate | SessionList, request: Request) -> Any:
+    """Open a session, or a list of them in one transaction (all or none): the answer, or the list of answers."""
     gw = _gw(request)
+    asked = body if isinstance(body, list) else [body]
+    new = [NewSession(run_id=session_run(request, b.run_id), task_id=b.task_id, group_id=b.group_id,
+                      metadata=_with_context(b, f"[{i}].context" if isinstance(body, list) else "context"),
+                      session_id=b.session_id, policy_version=gw.backend.policy_version)
+           for i, b in enumerate(asked)]
+    created = await gw.sessions.create_many(new)
+    base_url = gw.settings.base_url(str(request.base_url))
+    answers = []
+    for (state, key), session in zip(created, new, strict=True):
+        context = (session.metadata or {}).get("context")
+        if gw.context is not None:
+            gw.context.remember(state.id, context)
+        answers.append({"id": state.id, "run_id": state.run_id, "task_id": session.task_id,
+                        "group_id": session.group_id, "base_url": f"{base_url}/sessions/{state.id}/v1", "api_key": key,
+                        "policy_version": session.policy_version, "context": context})
+    return answers if isinstance(body, list) else answers[0]
+
+
+def _with_context(body: SessionCreate, param: str) -> dict[str, Any]:
+    """The session's metadata with its context policy (``context``, or ``metadata["context"]``) checked and in
+    full: a bad policy is a 400 before any session exists, not a broken session."""
     metadata = dict(body.metadata)
     context = body.context if body.context is not None else metadata.get("context")
-    if context is not None:  # validated before the session exists: a bad policy is a 400, not a broken session
+    if context is not None:
         try:
             metadata["context"] = build_policy(context).config
         except ContextPolicyError as exc:
-            raise APIError(400, str(exc), code="invalid_request", param="context") from exc
-    state, key = await gw.sessions.create(run_id=run_id, task_id=body.task_id, group_id=body.group_id,
-                                          metadata=metadata, session_id=body.session_id,
-                                          policy_version=gw.backend.policy_version)
-    if gw.context is not None:
-        gw.context.remember(state.id, metadata.get("context"))
-    return {"id": state.id, "run_id": state.run_id, "task_id": body.task_id, "group_id": body.group_id,
-            "base_url": f"{gw.settings.base_url(str(request.base_url))}/sessions/{state.id}/v1", "api_key": key,
-            "policy_version": gw.backend.policy_version, "context": metadata.get("context")}
+            raise APIError(400, str(exc), code="invalid_request", param=param) from exc
+    return metadata
+
+
+@router.post("/finish")
+async def finish_sessions(body: Annotated[list[SessionEnding], Field(max_length=MAX_SESSIONS_PER_REQUEST)],
+                          request: Request) -> dict[str, Any]:
+    """End a list of sessions in one transaction: ``{"results": [...]}``, one for each in order, ``{"id", "status"}``
+    when it ended, else ``{"id", "error", "status_code"}``: what the single finish route would have answered (no access,
+    unknown session, ``session_finished`` when it had ended already); the others end all the same."""
+    gw = _gw(request)
+    results: list[dict[str, Any]] = [{"id": ending.id} for ending in body]
+    ends = []
+    for result, ending in zip(results, body, strict=True):
+        try:
+            await require_session_access(request, ending.id, also=ending.api_key)
+            state = await gw.sessions.get(ending.id)
+        except APIError as exc:
+            result.update(error_body(exc.status, exc.message, exc.code), status_code=exc.status)
+            continue
+        ends.append((result, state, SessionEnd(ending.id, ending.status, ending.reward, ending.error)))
+    await gw.writer.flush()  # the steps these sessions' calls answered are stored before the sessions end
+    failures = await gw.sessions.finish_many([(state, end) for _, state, end in ends])
+    for (result, _, end), failure in zip(ends, failures, strict=True):
+        if failure is None:
+            result["status"] = end.status
+        else:
+            status, code = (409, "session_finished") if isinstance(failure, SessionNotRunning) else \
+                (404, "session_not_found")
+            result.update(error_body(status, str(failure), code), status_code=status)
+    return {"results": results}
 
 
 @router.get("/{session_id}")
