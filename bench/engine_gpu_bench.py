@@ -208,6 +208,7 @@ def profile_batch(backend: Any, prompts: list[list[int]], tokens: int, out: Path
 
 def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
     from test_engine_exactness import (
+        check_a_smaller_batch_replays_a_wider_graph,
         check_logprobs_match_a_plain_forward,
         check_prefix_reuse_is_exact,
         check_weight_sync_reaches_cached_prefixes,
@@ -224,6 +225,8 @@ def exactness(tokenizer_dir: Path, work: Path, out: Path) -> None:
         "decode attention matches SDPA (float32)": lambda: check_one_token_attention_matches_sdpa("cuda", torch.float32),
         "logprobs match a plain forward (float32, 12 batched requests)":
             lambda: check_logprobs_match_a_plain_forward(tiny, "cuda"),
+        "a smaller batch replays a wider captured graph, logprobs match a plain forward":
+            lambda: check_a_smaller_batch_replays_a_wider_graph(tiny, "cuda"),
         "prefix reuse: same ids, logprobs within 2e-3, prefill <= 1.3x (8 turns)":
             lambda: check_prefix_reuse_is_exact(tiny, "cuda", bit_exact=False),
         "prefix reuse: logprobs bit-exact": lambda: check_prefix_reuse_is_exact(tiny, "cuda", bit_exact=True),

@@ -203,6 +203,8 @@ def engine_counters(backend: Any) -> dict[str, int]:
                                                              "cached_tokens", "decode_steps", "tokens_generated",
                                                              "graph_captures")}
     out["busy_s"] = float(getattr(s, "busy_s", 0.0))
+    out["graph_capture_s"] = float(getattr(s, "graph_capture_s", 0.0))
+    out["graph_shapes"] = str(getattr(s, "graph_shapes", ""))  # type: ignore[assignment]
     return out
 
 
@@ -248,7 +250,8 @@ async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: A
     calls = recorder.take()
     tokens = sum(c[1] for c in calls)
     after = engine_counters(backend)
-    delta = {k: after[k] - counters[k] for k in after}
+    delta = {k: after[k] - counters[k] for k in after if k != "graph_shapes"}
+    captured = after["graph_shapes"].split()[-delta["graph_captures"]:] if delta["graph_captures"] else []  # type: ignore[attr-defined]
     return {"seconds": round(report.seconds, 3), "sessions": len(report.sessions), "failed": report.failed,
             "errors": report.errors[:2], "calls": len(calls), "tokens": tokens,
             "tokens_per_s": round(tokens / report.seconds, 1),
@@ -257,6 +260,7 @@ async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: A
             "cached_tokens_per_call": round(delta["cached_tokens"] / max(1, len(calls)), 1),
             "forwards": delta["forward_passes"], "decode_steps": delta["decode_steps"],
             "prefill_passes": delta["prefill_passes"], "graph_captures": delta["graph_captures"],
+            "graph_capture_s": round(delta["graph_capture_s"], 3), "graph_shapes": captured,
             "tokens_per_decode_step": round(delta["tokens_generated"] / max(1, delta["decode_steps"]), 2),
             "engine_busy_s": round(delta["busy_s"], 3),
             "ms_per_forward": round(1000 * delta["busy_s"] / max(1, delta["forward_passes"]), 2),
@@ -299,6 +303,7 @@ async def engine_only(recorder: Recorder, calls: list[tuple[Any, int, float]], p
             "tokens_per_s": round(tokens / seconds, 1), "forwards": after["forward_passes"] - counters["forward_passes"],
             "decode_steps": after["decode_steps"] - counters["decode_steps"],
             "prefill_passes": after["prefill_passes"] - counters["prefill_passes"],
+            "graph_captures": after["graph_captures"] - counters["graph_captures"],
             "tokens_per_decode_step": round((after["tokens_generated"] - counters["tokens_generated"])
                                             / max(1, after["decode_steps"] - counters["decode_steps"]), 2),
             "thread_cpu_s": cpu_delta(cpu, thread_cpu())}

@@ -7,12 +7,13 @@ An embedded gateway (``agentr1.gateway.EmbeddedGateway``: uvicorn on a thread, S
 answering a fixed sentence with SmolLM2's tokenizer and chat template) serves a client in another process, one
 request at a time: ``POST /sessions`` for every session, then one chat completion each (the calculator example's
 system prompt, a question and its tool), then ``POST /sessions/{id}/finish`` each. The gateway thread's CPU clock
-(user + system, ``time.pthread_getcpuclockid``) is read around each phase: milliseconds of gateway CPU per request of
-each kind. The baseline, in the same run: a bare FastAPI app with the same three routes and pydantic bodies, answering
-at once (``bench/gateway_server.py``'s ``floor_app``), under the same uvicorn settings (``BackgroundServer``) and the
-same client. What agentr1 adds is the
-difference; a rollout of one-call sessions pays open + chat + finish on one event loop (docs/benchmarks.md, "Session 17
-on the H200").
+(user + system, ``time.pthread_getcpuclockid``) is read around each phase: milliseconds of gateway CPU per session
+for each kind of request. Then the same with the sessions opened and ended in lists of 128 (``POST /sessions`` with
+a list, ``POST /sessions/finish``), as the trainer does (``agentr1.sdk.SessionBatches``). The baseline, in the same
+run: a bare FastAPI app with the same three single routes and pydantic bodies, answering at once
+(``bench/gateway_server.py``'s ``floor_app``), under the same uvicorn settings (``BackgroundServer``) and the same
+client. What agentr1 adds is the difference; a rollout of one-call sessions pays open + chat + finish on one event
+loop (docs/benchmarks.md, "Session 17 on the H200").
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 KINDS = ("open", "chat", "finish")
+LIST_KINDS = ("open_list", "chat", "finish_list")  # as the trainer opens and ends sessions: many to a request
+LIST = 128  # sessions a list
 
 
 def run_client(url: str, kind: str, state: str, sessions: int) -> None:
@@ -43,6 +46,24 @@ def run_client(url: str, kind: str, state: str, sessions: int) -> None:
     from examples.calculator.calculator import CALCULATOR, SYSTEM
 
     with httpx.Client(timeout=60) as client:
+        if kind == "open_list":
+            opened = []
+            for start in range(0, sessions, LIST):
+                r = client.post(f"{url}/sessions", json=[
+                    {"task_id": f"t{i}", "group_id": "g", "run_id": "bench", "metadata": {"step": 0, "sample": i}}
+                    for i in range(start, min(sessions, start + LIST))])
+                r.raise_for_status()
+                opened += [(s["id"], s["api_key"]) for s in r.json()]
+            Path(state).write_text(json.dumps(opened))
+            return
+        if kind == "finish_list":
+            ends = json.loads(Path(state).read_text())
+            for start in range(0, sessions, LIST):
+                r = client.post(f"{url}/sessions/finish", json=[{"id": sid, "api_key": key, "status": "finished"}
+                                                                for sid, key in ends[start:start + LIST]])
+                r.raise_for_status()
+                assert all("error" not in x for x in r.json()["results"]), r.text
+            return
         if kind == "open":
             opened = []
             for i in range(sessions):
@@ -64,13 +85,14 @@ def run_client(url: str, kind: str, state: str, sessions: int) -> None:
             r.raise_for_status()
 
 
-def measure(url: str, thread: Any, sessions: int, rounds: int, tmp: Path) -> dict[str, list[float]]:
-    """Gateway-thread CPU ms per request of each kind, one value per round."""
+def measure(url: str, thread: Any, sessions: int, rounds: int, tmp: Path,
+            kinds: tuple[str, ...] = KINDS) -> dict[str, list[float]]:
+    """Gateway-thread CPU ms per session of each kind of request, one value per round."""
     clock = time.pthread_getcpuclockid(thread.ident)
-    out: dict[str, list[float]] = {k: [] for k in KINDS}
+    out: dict[str, list[float]] = {k: [] for k in kinds}
     for r in range(rounds):
-        state = str(tmp / f"sessions{r}.json")
-        for kind in KINDS:
+        state = str(tmp / f"sessions{r}-{kinds[0]}.json")
+        for kind in kinds:
             before = time.clock_gettime(clock)
             subprocess.run([sys.executable, __file__, "--client", url, kind, state, str(sessions)], check=True)
             out[kind].append(1000 * (time.clock_gettime(clock) - before) / sessions)
@@ -108,6 +130,7 @@ def main() -> None:
                                       store=store, backend=backend, renderer=renderer).start()
             try:
                 ours = measure(gateway.url, gateway.server.thread, args.sessions, args.rounds, tmp)
+                lists = measure(gateway.url, gateway.server.thread, args.sessions, args.rounds, tmp, LIST_KINDS)
             finally:
                 gateway.stop()
         port = free_port()
@@ -125,8 +148,15 @@ def main() -> None:
         ma, mf = statistics.median(a), statistics.median(f)
         print(f"| {kind} | {ma:.2f} ({', '.join(f'{x:.2f}' for x in a)}) | {mf:.2f} ({', '.join(f'{x:.2f}' for x in f)}) "
               f"| {ma - mf:.2f} |")
+    single = [sum(ours[k][r] for k in KINDS) for r in range(args.rounds)]
+    listed = [sum(lists[k][r] for k in LIST_KINDS) for r in range(args.rounds)]
+    print(f"\nsessions opened and ended in lists of {LIST} (as the trainer does), agentr1, ms per session:")
+    for kind in LIST_KINDS:
+        print(f"  {kind}: {statistics.median(lists[kind]):.2f} ({', '.join(f'{x:.2f}' for x in lists[kind])})")
+    print(f"  session: {statistics.median(listed):.2f} against {statistics.median(single):.2f} one request each "
+          f"({statistics.median(single) / statistics.median(listed):.2f}x less)")
     print(json.dumps({"bench": "session_cpu", "sessions": args.sessions, "agentr1": ours, "floor": floor,
-                      "loadavg": os.getloadavg()[0]}))
+                      "agentr1_lists": lists, "loadavg": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,29 @@ def check_logprobs_match_a_plain_forward(path: Any, device: str, **engine: Any) 
         asyncio.run(backend.close())
 
 
+def check_a_smaller_batch_replays_a_wider_graph(path: Any, device: str) -> None:
+    """CUDA graphs: a decode step of fewer rows than a graph captured for the same attended length replays that
+    graph (its extra rows padding) instead of capturing its own; what it samples still matches a plain forward."""
+    backend = start(path, device, max_batch_size=16)
+    try:
+        tok = backend.tokenizer
+        prompts = [tok.encode(f"<|im_start|>user\nquestion {i}<|im_end|>\n<|im_start|>assistant\n",
+                              add_special_tokens=False) for i in range(12)]
+        generate_all(backend, [GenerateRequest(prompt_ids=p, sampling=SamplingParams(max_new_tokens=8, temperature=0.0))
+                               for p in prompts])
+        captured = backend.stats.graph_captures
+        assert captured >= 1 and backend.stats.graph_shapes.split()[-1].startswith("16x")
+        alone = GenerateRequest(prompt_ids=prompts[3], sampling=SamplingParams(max_new_tokens=8, temperature=1.0,
+                                                                               seed=5))
+        (result,) = generate_all(backend, [alone])
+        assert backend.stats.graph_captures == captured  # one row: the 16-row graph, no capture of its own
+        assert not any(shape.startswith("1x") for shape in backend.stats.graph_shapes.split())
+        expected = plain_logprobs(backend.model, alone.prompt_ids, result, 1.0)
+        assert result.logprobs == pytest.approx(expected, abs=TOLERANCE[device])
+    finally:
+        asyncio.run(backend.close())
+
+
 def session_turns(backend: LocalBackend, turns: int, **sampling: Any) -> tuple[list[GenerateResult], list[int]]:
     """An agent-like session at the token level: each prompt extends the previous prompt + output."""
     tok = backend.tokenizer

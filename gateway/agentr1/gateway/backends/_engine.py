@@ -38,6 +38,7 @@ are not reused: the next turn prefills them again (once).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,20 +209,19 @@ class BatchEngine:
         without waiting for the device. With a step in flight (which decodes every row of ``rows``: rows join
         only at a prefill, which drains), the input ids are that step's sampled ids, still on the device."""
         top = max(r.slot for r in rows) + 1
-        batch = row_bucket(top, self.cache.slots) if self._graphs is not None else top
         longest = max(len(r.prompt_ids) + len(r.output_ids) + r.in_flight for r in rows)
         kv_len = min(round_up(longest, self.length_step), self.cache.scratch)
+        batch = self._graph_rows(top, kv_len) if self._graphs is not None else top
         ids, pos, steps = [self.pad_id] * batch, [self.cache.scratch] * batch, [0] * batch
         for r in rows:
             made = len(r.output_ids) + r.in_flight
             ids[r.slot], pos[r.slot], steps[r.slot] = r.output_ids[-1], len(r.prompt_ids) + made - 1, made
-        if self._graphs is not None and not self._graphs.ready(batch, kv_len):
-            self._graphs.capture(batch, kv_len)
-            self.stats.graph_captures += 1
         inputs = to_device([ids, pos], torch.long, self.device)
-        # with a step in flight, its sampled ids are the input (rows keep their slots between prefills)
+        self._ids[:batch, 0].copy_(inputs[0])
         previous = self._in_flight
-        self._ids[:batch, 0].copy_(inputs[0] if previous is None else previous.copy.token_ids[:batch])
+        if previous is not None:  # its sampled ids are the input (rows keep their slots between prefills)
+            carried = previous.copy.token_ids[:batch]
+            self._ids[: carried.shape[0], 0].copy_(carried)
         self._pos[:batch].copy_(inputs[1])
         if self._graphs is not None:
             logits = self._graphs.replay(batch, kv_len)
@@ -235,6 +235,24 @@ class BatchEngine:
         for r in rows:
             r.in_flight += 1
         return _Step(rows, copy)
+
+    def _graph_rows(self, top: int, kv_len: int) -> int:
+        """The rows of the graph a step of rows ``0..top`` runs in: its bucket's, or a wider graph of the same
+        length captured already (padding rows cost a replay far less than a capture, ~0.1 s on the H200: a
+        rollout's first admission is of any size), else its bucket's, captured now."""
+        assert self._graphs is not None
+        rows = row_bucket(top, self.cache.slots)
+        if self._graphs.ready(rows, kv_len):
+            return rows
+        wider = self._graphs.covering(rows, kv_len)
+        if wider is not None:
+            return wider
+        started = time.perf_counter()
+        self._graphs.capture(rows, kv_len)
+        self.stats.graph_captures += 1
+        self.stats.graph_capture_s += time.perf_counter() - started
+        self.stats.graph_shapes = " ".join([*self.stats.graph_shapes.split()[-31:], f"{rows}x{kv_len}"])
+        return rows
 
     def _read(self, step: _Step) -> None:
         """The tokens of a launched step: rows that finished or were cancelled since its launch drop theirs."""

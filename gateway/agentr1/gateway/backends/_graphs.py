@@ -5,7 +5,7 @@ cost far more than they compute. Every decode step reads its inputs from the sam
 (token ids, positions) and writes the key/value cache in place, so its kernels can be captured once
 per shape and replayed: the engine pads a step's rows to the next bucket of :data:`ROW_BUCKETS`
 (pad rows write to the cache's scratch column only) and its attended length to a multiple of
-:data:`LENGTH_STEP`. Weights updated in place (the trainer's sync) are seen by the graphs as they
+:data:`LENGTH_STEP`; a shape not captured yet runs in a wider graph of the same length if there is one. Weights updated in place (the trainer's sync) are seen by the graphs as they
 are; a reallocated cache invalidates them (:meth:`DecodeGraphs.clear`).
 """
 
@@ -48,6 +48,11 @@ class DecodeGraphs:
 
     def ready(self, rows: int, kv_len: int) -> bool:
         return (rows, kv_len) in self._graphs
+
+    def covering(self, rows: int, kv_len: int) -> int | None:
+        """The fewest rows, more than ``rows``, of a graph captured for ``kv_len`` positions; None if none."""
+        wider = [r for r, length in self._graphs if length == kv_len and r > rows]
+        return min(wider) if wider else None
 
     def capture(self, rows: int, kv_len: int) -> None:
         """Capture the step for this shape (call before the real inputs are written)."""

@@ -69,6 +69,8 @@ class EngineStats:
     prefill_tokens: int = 0  # prompt tokens run through the model
     cached_tokens: int = 0  # prompt tokens served from reused prefixes instead
     graph_captures: int = 0
+    graph_capture_s: float = 0.0  # wall seconds the worker spent capturing decode graphs
+    graph_shapes: str = ""  # the captured decode graphs' shapes, "rows x positions", oldest first (the last 32)
     busy_s: float = 0.0  # wall seconds of the worker's steps (prefill + decode); the rest it waited for work
 
 
