@@ -10,14 +10,16 @@ finds the segments of one prefill forward that repeat an earlier segment's posit
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
+from collections.abc import Iterator
 
 from ._rows import Row
 
 __all__ = ["CHUNK", "MIN_REUSE", "PrefixIndex", "Segment", "common_prefix", "share_segments"]
 
 CHUNK = 16  # the engine's prefill chunk grid; reused prefixes end on it (16 rows keep CPU matmuls row-invariant)
-MIN_REUSE = 16  # shorter shared prefixes are not worth a lookup (and key the buckets)
+MIN_REUSE = CHUNK  # shorter shared prefixes are not worth a lookup (one chunk of the lookup tree)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -34,12 +36,29 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return low
 
 
+class _Node:
+    """A chunk of :data:`CHUNK` ids in the prefix tree: the idle slots whose prefixes run through it."""
+
+    __slots__ = ("children", "ends", "slots")
+
+    def __init__(self) -> None:
+        self.children: dict[tuple[int, ...], _Node] = {}
+        self.slots: set[int] = set()  # prefixes that hold this chunk (and every chunk above it)
+        self.ends: set[int] = set()  # those of them that end with it
+
+
 class PrefixIndex:
-    """Idle slots and the token ids whose keys/values they hold, least recently used first."""
+    """Idle slots and the token ids whose keys/values they hold, least recently used first.
+
+    Looked up by a tree of :data:`CHUNK`-id chunks: reuse is whole chunks anyway, and a rollout's prompts
+    share their first chunks (a system prompt), where comparing a prompt with every cached prefix cost
+    128 lookups over 256 prefixes 0.6 s of the engine thread (this VM; ``bench/prefix_lookup_bench.py``)."""
 
     def __init__(self) -> None:
         self._tokens: OrderedDict[int, list[int]] = OrderedDict()
-        self._buckets: dict[tuple[int, ...], set[int]] = {}
+        self._used: dict[int, int] = {}  # slot -> when it was last added or touched (larger: more recent)
+        self._clock = itertools.count()
+        self._root = _Node()
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -60,39 +79,59 @@ class PrefixIndex:
         if len(tokens) < MIN_REUSE:
             return False
         self._tokens[slot] = tokens
-        self._buckets.setdefault(tuple(tokens[:MIN_REUSE]), set()).add(slot)
+        self._used[slot] = next(self._clock)
+        node = self._root
+        for chunk in _chunks(tokens):
+            node = node.children.setdefault(chunk, _Node())
+            node.slots.add(slot)
+        node.ends.add(slot)
         return True
 
     def remove(self, slot: int) -> list[int] | None:
         tokens = self._tokens.pop(slot, None)
-        if tokens is not None:
-            key = tuple(tokens[:MIN_REUSE])
-            bucket = self._buckets[key]
-            bucket.discard(slot)
-            if not bucket:
-                del self._buckets[key]
+        if tokens is None:
+            return None
+        del self._used[slot]
+        node = self._root
+        for chunk in _chunks(tokens):
+            child = node.children[chunk]
+            child.slots.discard(slot)
+            child.ends.discard(slot)
+            if not child.slots:  # (nothing below it either)
+                del node.children[chunk]
+                break
+            node = child
         return tokens
 
     def clear(self) -> None:
         self._tokens.clear()
-        self._buckets.clear()
+        self._used.clear()
+        self._root = _Node()
 
     def longest(self, prompt: list[int]) -> tuple[int | None, int]:
-        """The idle slot sharing the longest prefix with ``prompt`` and that length (None, 0 if none
-        shares at least MIN_REUSE ids); ties go to the most recently used slot."""
-        best, length = None, 0
-        for slot in self._buckets.get(tuple(prompt[:MIN_REUSE]), ()):
-            n = common_prefix(self._tokens[slot], prompt)
-            if n > length or (n == length and best is not None and self._newer(slot, best)):
-                best, length = slot, n
-        return best, length
+        """An idle slot sharing the most whole chunks with ``prompt``, and its common prefix with ``prompt`` (None, 0
+        if none shares a chunk, :data:`MIN_REUSE` ids). Among those: one that ends there (a previous turn this
+        prompt continues), then the most recently used."""
+        node, deepest = self._root, None
+        for chunk in _chunks(prompt):
+            node = node.children.get(chunk)  # type: ignore[assignment]
+            if node is None:
+                break
+            deepest = node
+        if deepest is None:
+            return None, 0
+        best = max(deepest.ends or deepest.slots, key=self._used.__getitem__)
+        return best, common_prefix(self._tokens[best], prompt)
 
     def touch(self, slot: int) -> None:
         self._tokens.move_to_end(slot)
+        self._used[slot] = next(self._clock)
 
-    def _newer(self, a: int, b: int) -> bool:
-        order = list(self._tokens)
-        return order.index(a) > order.index(b)
+
+def _chunks(ids: list[int]) -> Iterator[tuple[int, ...]]:
+    """The whole :data:`CHUNK`-id chunks of ``ids``, in order."""
+    for start in range(0, len(ids) - CHUNK + 1, CHUNK):
+        yield tuple(ids[start:start + CHUNK])
 
 
 Segment = tuple[Row, int, int]  # a row's prompt positions start..end-1, prefilled in one forward
