@@ -90,7 +90,8 @@ class Serving:
         stats = getattr(self.backend, "stats", None)
         if not is_dataclass(stats) or isinstance(stats, type):
             return {}
-        return {name: float(value) for name, value in asdict(stats).items()}
+        return {name: float(value) for name, value in asdict(stats).items()
+                if isinstance(value, int | float) and not isinstance(value, bool)}  # (not the graphs' shapes)
 
     async def sync(self, engine: Any) -> int:
         """The engine's current policy to the servers; returns the policy version they report now."""
