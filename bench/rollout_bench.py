@@ -222,7 +222,8 @@ def session_times(store: TraceStore, session_ids: list[str], start: float) -> di
 
 
 async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int,
-                  run_id: str, step: int, pyspy: str | None, gil: bool) -> dict[str, Any]:
+                  run_id: str, step: int, pyspy: str | None, gil: bool, switch_interval_s: float | None
+                  ) -> dict[str, Any]:
     backend = serving.backend
     counters, cpu = engine_counters(backend), thread_cpu()
     spy = None
@@ -234,7 +235,8 @@ async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: A
     monitor = LoopMonitor(serving.gateway)
     await monitor.start()
     started, wall_started = time.perf_counter(), time.time()
-    report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=len(tasks) * n)
+    report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=len(tasks) * n,
+                           switch_interval_s=switch_interval_s)
     ended = time.perf_counter()
     monitor.stop()
     timeline = {**recorder.timeline(started, ended), **session_times(store, report.sessions, wall_started)}
@@ -350,13 +352,14 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
             runner.workers.wait_ready()
         tasks = bench_tasks(cfg, args)
         # warm-up: a few sessions through the whole path (first forwards, graph captures, client pools)
+        switch = cfg.actor_rollout_ref.rollout.switch_interval_s
         await rollout(serving, store, recorder, runner, tasks[:2], n=min(args.n, 2), run_id=run_id, step=0, pyspy=None,
-                      gil=False)
+                      gil=False, switch_interval_s=switch)
         pairs = []
         for k in range(args.repeat):
             pyspy = args.pyspy if k == args.repeat - 1 else None
             r, calls = await rollout(serving, store, recorder, runner, tasks, n=args.n, run_id=run_id, step=k + 1,
-                                     pyspy=pyspy, gil=args.gil)
+                                     pyspy=pyspy, gil=args.gil, switch_interval_s=switch)
             e = await engine_only(recorder, calls, profile=args.profile)
             pairs.append({"rollout": r, "engine_only": e, "ratio": round(r["tokens_per_s"] / e["tokens_per_s"], 3)})
     finally:

@@ -59,6 +59,14 @@ def solve_meeting_the_others(task: dict) -> str:
     return solve(task)
 
 
+def solve_reporting_the_switch_interval(task: dict) -> float:
+    """``solve``, then the GIL switch interval of the process running it, in milliseconds (the session's reward)."""
+    import sys
+
+    solve(task)
+    return sys.getswitchinterval() * 1000
+
+
 def solve_reporting_the_heap(task: dict) -> float:
     """``solve``, then 1.0 (the session's reward) if the heap of the process running it is frozen
     (``agentr1.core.heap``: no full collection of the process's long-lived objects mid-rollout), else 0.0."""

@@ -123,3 +123,25 @@ def test_sessions_run_with_the_heap_frozen_and_the_trainer_unfreezes_it_after(tm
     assert (report.finished, report.failed) == (6, 0)
     assert [s.reward for s in stored] == [1.0] * 6  # every session saw a frozen heap where it ran
     assert after == 0  # and the trainer's own heap is collected as usual again
+
+
+@pytest.mark.timeout(300)
+def test_a_rollout_runs_with_the_switch_interval_it_was_given_and_restores_it(tmp_path, scripted_gateway):
+    """collect(switch_interval_s=...): the trainer's process hands the GIL over sooner while the rollout runs (the
+    gateway's loop waits less for it after each I/O), and has Python's interval back after."""
+    import sys
+
+    runner = AgentRunner(AgentConfig(entrypoint="e2e_agent:solve_reporting_the_switch_interval", timeout_s=60))
+    before = sys.getswitchinterval()
+    try:
+        with scripted_gateway(tmp_path / "traces.db", lambda prompt: "ok") as (_url, store):
+            report = asyncio.run(collect(runner, [{"id": "t", "question": "?"}], n=2, run_id="r", step=1,
+                                         max_concurrency=2, switch_interval_s=0.0005))
+            rewards = [store.get_session(s).reward for s in report.sessions]
+            plain = asyncio.run(collect(runner, [{"id": "u", "question": "?"}], n=1, run_id="r", step=2,
+                                        max_concurrency=2))
+            rewards_plain = [store.get_session(s).reward for s in plain.sessions]
+    finally:
+        runner.close()
+    assert rewards == [pytest.approx(0.5)] * 2 and rewards_plain == [pytest.approx(before * 1000)]
+    assert sys.getswitchinterval() == before

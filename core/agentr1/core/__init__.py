@@ -5,7 +5,8 @@ registry helper and callable loader (:class:`Registry`, :func:`load_callable`).
 sampled ids with it; the trainer, the SFT code and the CLI resolve models and rebuild assistant
 turns with the same code, so both sides agree token for token. Rendering is the public
 subpackage :mod:`agentr1.core.rendering`. :func:`freeze_heap` / :func:`frozen_heap` keep Python's full garbage
-collections off the serving path (the engine process, agent workers, a rollout).
+collections off the serving path (the engine process, agent workers, a rollout); :func:`gil_switch_interval`
+shortens the GIL hand-offs for a stretch of serving (a rollout in the trainer's process).
 """
 
 from agentr1.core.heap import freeze_heap, frozen_heap
@@ -18,6 +19,7 @@ from agentr1.core.models import (
     resolve_model,
 )
 from agentr1.core.registry import Registry, UnknownName, load_callable
+from agentr1.core.switching import gil_switch_interval
 from agentr1.core.vision_models import build_tiny_random_vlm, ensure_tiny_vlm, is_vlm_dir, load_vlm_processor
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "ensure_tiny_vlm",
     "freeze_heap",
     "frozen_heap",
+    "gil_switch_interval",
     "is_vlm_dir",
     "lazy_exports",
     "load_callable",

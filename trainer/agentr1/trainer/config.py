@@ -234,6 +234,10 @@ class RolloutConfig(_Strict):
     temperature: float = 1.0
     top_p: float = 1.0
     max_concurrency: int = 16
+    # the trainer process's GIL switch interval while a rollout runs (None: Python's 5 ms): the embedded
+    # gateway's loop gives the GIL up at every socket and SQLite call and waits this long at most to take it back
+    # from a busy thread (agentr1.core.gil_switch_interval; docs/benchmarks.md, "Session 18")
+    gil_switch_interval_ms: float | None = Field(0.5, gt=0)
     max_staleness: int = 0  # train on sessions at most this many policy versions old
     # steps sampled at another temperature / top_p than above (agentr1.trainer.groups.check_sampling)
     sampling_check: Literal["error", "warn", "off"] = "error"
@@ -255,6 +259,11 @@ class RolloutConfig(_Strict):
     # the engine's weights and KV cache (auto: bfloat16 on a GPU, float32 on the CPU); bfloat16 on a CPU with
     # AVX-512 BF16 / AMX: 2.5-3x faster matrix products, log-probs with bfloat16's rounding (as on a GPU)
     engine_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+    @property
+    def switch_interval_s(self) -> float | None:
+        """:attr:`gil_switch_interval_ms` in seconds."""
+        return None if self.gil_switch_interval_ms is None else self.gil_switch_interval_ms / 1000
 
     @model_validator(mode="after")
     def _servers(self) -> RolloutConfig:

@@ -65,9 +65,10 @@ def outcome_metrics(sessions: Sequence[SessionRecord], rewards: dict[str, Sessio
 
 
 async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, *, n: int, run_id: str,
-                        step: int, max_concurrency: int) -> Scored:
+                        step: int, max_concurrency: int, switch_interval_s: float | None = None) -> Scored:
     """``n`` samples of the agent per task (a group per task), then the reward stage over them."""
-    report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=max_concurrency)
+    report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=max_concurrency,
+                           switch_interval_s=switch_interval_s)
     sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, {t["id"]: t for t in tasks})
     return Scored(report, sessions, rewards)
 
@@ -93,7 +94,8 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
             runner = AgentRunner(job.agent)
             try:
                 scored = await run_and_score(runner, tasks, Scorer.for_job(job, store, run_id), n=n, run_id=run_id,
-                                             step=0, max_concurrency=job.actor_rollout_ref.rollout.max_concurrency)
+                                             step=0, max_concurrency=job.actor_rollout_ref.rollout.max_concurrency,
+                                             switch_interval_s=job.actor_rollout_ref.rollout.switch_interval_s)
             finally:
                 runner.close()
     finally:

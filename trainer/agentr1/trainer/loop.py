@@ -211,7 +211,8 @@ class Trainer:
         assert self.runner is not None
         scored = await run_and_score(self.runner, self.val_tasks, self.scorer, n=1, run_id=f"{self.state.run_id}-eval",
                                      step=self.state.step,
-                                     max_concurrency=self.config.actor_rollout_ref.rollout.max_concurrency)
+                                     max_concurrency=self.config.actor_rollout_ref.rollout.max_concurrency,
+                                     switch_interval_s=self.config.actor_rollout_ref.rollout.switch_interval_s)
         return outcome_metrics(scored.sessions, scored.rewards, success_key="success/val", reward_key="reward/val")
 
     # -- save / cleanup -----------------------------------------------------------------------

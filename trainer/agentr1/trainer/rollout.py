@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentr1.core import frozen_heap
+from agentr1.core import frozen_heap, gil_switch_interval
 from agentr1.sdk import ActiveSession, SessionBatches, failure_error_text, failure_kind, run_command, session
 from agentr1.trainer.agent_processes import AgentProcesses
 from agentr1.trainer.config import AgentConfig
@@ -172,8 +172,10 @@ class AgentRunner:
 
 
 async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, run_id: str, step: int,
-                  max_concurrency: int, on_done: Callable[[], None] | None = None) -> RolloutReport:
-    """Run ``n`` samples of every task, at most ``max_concurrency`` at a time."""
+                  max_concurrency: int, on_done: Callable[[], None] | None = None,
+                  switch_interval_s: float | None = None) -> RolloutReport:
+    """Run ``n`` samples of every task, at most ``max_concurrency`` at a time. ``switch_interval_s``: this process's
+    GIL switch interval while they run (``agentr1.core.gil_switch_interval``; None: Python's)."""
     report = RolloutReport()
     limit = asyncio.Semaphore(max_concurrency)
     started = time.monotonic()
@@ -185,7 +187,8 @@ async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, r
         if on_done is not None:
             on_done()
 
-    with frozen_heap():  # a full collection of the trainer's heap would stall the gateway mid-rollout
+    # a full collection of the trainer's heap would stall the gateway mid-rollout
+    with frozen_heap(), gil_switch_interval(switch_interval_s):
         await asyncio.gather(*(one(task, k) for task in tasks for k in range(n)))
     report.seconds = time.monotonic() - started
     return report

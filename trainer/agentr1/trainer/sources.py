@@ -92,7 +92,7 @@ class SyncRollouts(StepSource):
         by_id = {task["id"]: task for task in tasks}
         t.tracker.status(f"rollout: {len(tasks)} tasks x {rollout.n}")
         report = await collect(t.runner, tasks, n=rollout.n, run_id=t.state.run_id, step=step,
-                               max_concurrency=rollout.max_concurrency)
+                               max_concurrency=rollout.max_concurrency, switch_interval_s=rollout.switch_interval_s)
         for error in report.errors:
             log.warning("rollout failure: %s", error)
         sessions, rewards = await asyncio.to_thread(t.score, report.sessions, by_id)
