@@ -92,6 +92,11 @@ def test_a_list_ends_each_session_it_may_and_says_why_not_for_the_others(locked)
     r = httpx.post(f"{url}/sessions/finish", json=[{"id": other["id"], "status": "failed", "error": "x"},
                                                    {"id": "no-such-session"}], headers=_auth(ADMIN))
     assert [x.get("status") or x["status_code"] for x in r.json()["results"]] == ["failed", 404]
+    r = httpx.post(f"{url}/sessions/finish", json=[{"id": keyless["id"], "reward": 2.0}, {"id": keyless["id"]}],
+                   headers=_auth(ADMIN))
+    assert [x.get("status") or x["error"]["code"] for x in r.json()["results"]] == ["finished", "session_finished"]
+    assert store.get_session(keyless["id"]).reward == 2.0  # the same session twice: the first item ends it
+    assert httpx.post(f"{url}/sessions/finish", json=[], headers=_auth(ADMIN)).json() == {"results": []}
     r = httpx.post(f"{url}/sessions/finish", json=[{"id": keyless["id"], "status": "paused"}], headers=_auth(ADMIN))
     assert r.status_code == 400 and r.json()["error"]["message"], r.text  # a bad item: a 400 for the request
     r = httpx.post(f"{url}/sessions/finish", json={"id": keyless["id"]}, headers=_auth(ADMIN))
