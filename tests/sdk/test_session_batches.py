@@ -117,3 +117,35 @@ def test_a_gateway_that_cannot_be_reached_fails_every_session_of_the_batch(gatew
     finally:
         configure(url)
     assert len(results) == 5 and all(isinstance(r, GatewayUnreachable) for r in results)
+
+
+def test_an_answer_that_does_not_match_the_list_fails_its_sessions_instead_of_hanging(gateway):
+    """A server that answers POST /sessions with fewer sessions than the list asked for (not this gateway: a
+    broken proxy, say): every session of that request fails with an error that says so."""
+    from fastapi import FastAPI
+
+    from agentr1.gateway.server import BackgroundServer
+
+    url, _ = gateway
+    app = FastAPI()
+
+    @app.post("/sessions", status_code=201)
+    async def one_only(body: list[dict]) -> list[dict]:
+        return [{"id": "s0", "base_url": "http://x/sessions/s0/v1", "api_key": "a1s-x"}]
+
+    @app.get("/ready")
+    async def ready() -> dict:
+        return {}
+
+    async def main() -> list[object]:
+        batches = SessionBatches()
+        return await asyncio.wait_for(asyncio.gather(*(batches.open(task_id=f"m{i}") for i in range(3)),
+                                                     return_exceptions=True), 30)
+
+    with BackgroundServer(app) as broken:
+        configure(broken)
+        try:
+            results = asyncio.run(main())
+        finally:
+            configure(url)
+    assert len(results) == 3 and all(isinstance(r, RuntimeError) and "1 results for 3" in str(r) for r in results)

@@ -51,6 +51,8 @@ class _Coalesced(Generic[Item, Result]):
                 batch, self.waiting = self.waiting[:self.max_batch], self.waiting[self.max_batch:]
                 try:
                     results: Sequence[Result | BaseException] = await self.send([item for item, _ in batch])
+                    if len(results) != len(batch):
+                        raise RuntimeError(f"the gateway answered {len(results)} results for {len(batch)} sessions")
                 except Exception as exc:
                     results = [exc] * len(batch)
                 for (_, future), result in zip(batch, results, strict=True):
