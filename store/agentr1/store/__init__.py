@@ -32,7 +32,8 @@ from agentr1.store.records import (
     StepRecord,
     superseded_steps,
 )
-from agentr1.store.store import TraceStore, new_id
+from agentr1.store.session_writes import new_id
+from agentr1.store.store import TraceStore
 
 __all__ = [
     "DEFAULT_DB",

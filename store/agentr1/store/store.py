@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +18,6 @@ from agentr1.store.blobs import ImageStore, externalize_images
 from agentr1.store.engine import create_store_engine
 from agentr1.store.errors import (
     SessionExists,
-    SessionNotRunning,
     StepConflict,
     StoreConnectionError,
     StoreError,
@@ -40,31 +38,25 @@ from agentr1.store.records import (
     superseded_steps,
 )
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
+from agentr1.store.session_writes import (
+    SESSIONS_FOUND,
+    check_ends,
+    end_sessions,
+    insert_sessions,
+    new_id,
+    session_rows,
+)
 from agentr1.store.writes import Writes
 
-FINAL_STATUSES = ("finished", "failed", "abandoned")
 _STEPS = StepRow.__table__
 # The gateway's write path (append_steps, attach_feedback) runs these prebuilt Core statements on one
 # connection: building statements and an ORM session per commit cost more CPU than the SQL itself.
-_SESSIONS = SessionRow.__table__
-_SESSIONS_FOUND = select(_SESSIONS.c.id).where(_SESSIONS.c.id.in_(bindparam("ids", expanding=True)))
 _INSERT_STEPS = insert(_STEPS)
-_INSERT_SESSION = insert(_SESSIONS)
-_SESSION_STATUS = select(_SESSIONS.c.status).where(_SESSIONS.c.id == bindparam("id"))
-_FINISH_SESSION = (
-    update(_SESSIONS)
-    .where(_SESSIONS.c.id == bindparam("b_id"), _SESSIONS.c.status == "running")
-    .values(status=bindparam("b_status"), error=bindparam("b_error"), finished_at=bindparam("b_finished_at"))
-)
 _ATTACH_FEEDBACK = (
     update(_STEPS)
     .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
     .values(feedback_messages=bindparam("b_messages"), feedback_ids=bindparam("b_ids"))
 )
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
 
 
 class TraceStore:
@@ -212,19 +204,14 @@ class TraceStore:
         return self._create_sessions(sessions, wait=False)
 
     def _create_sessions(self, sessions: Sequence[NewSession], *, wait: bool) -> list[str] | None:
-        rows = [{"id": s.session_id or new_id(), "run_id": s.run_id, "task_id": s.task_id, "group_id": s.group_id,
-                 "metadata": s.metadata or {}, "policy_version": s.policy_version, "key_hash": s.key_hash}
-                for s in sessions]
+        rows = session_rows(sessions)
         ids = [row["id"] for row in rows]
         if not rows:
             return ids
-        if len(set(ids)) < len(ids):
-            twice = next(sid for sid in ids if ids.count(sid) > 1)
-            raise SessionExists(f"session {twice!r} is given twice")
         for run in {s.run_id for s in sessions} - {None} - self._known_runs:
             self.ensure_run(run)  # type: ignore[arg-type]
         try:
-            done, _ = self._writes.transaction(lambda conn: conn.execute(_INSERT_SESSION, rows), wait=wait)
+            done, _ = self._writes.transaction(lambda conn: insert_sessions(conn, rows), wait=wait)
         except IntegrityError as exc:
             if (taken := self._existing_session(ids)) is not None:
                 raise SessionExists(f"session {taken!r} already exists") from exc
@@ -237,7 +224,7 @@ class TraceStore:
     def _existing_session(self, session_ids: list[str]) -> str | None:
         """The first of ``session_ids`` that is stored, if any."""
         with self.engine.connect() as conn:
-            found = set(conn.execute(_SESSIONS_FOUND, {"ids": session_ids}).scalars())
+            found = set(conn.execute(SESSIONS_FOUND, {"ids": session_ids}).scalars())
         return next((sid for sid in session_ids if sid in found), None)
 
     def session_for_key(self, key_hash: str) -> str | None:
@@ -293,33 +280,10 @@ class TraceStore:
         return self._finish_sessions(ends, wait=False)
 
     def _finish_sessions(self, ends: Sequence[SessionEnd], *, wait: bool) -> list[StoreError | None] | None:
-        for end in ends:
-            if end.status not in FINAL_STATUSES:
-                raise ValueError(f"status must be one of {FINAL_STATUSES}, got {end.status!r}")
-
-        def finish(conn: Connection) -> list[StoreError | None]:  # one statement each decides between finishes
-            now = dt.datetime.now(dt.UTC)
-            failures: list[StoreError | None] = []
-            rewards = []
-            for end in ends:
-                ended = conn.execute(_FINISH_SESSION, {"b_id": end.session_id, "b_status": end.status,
-                                                       "b_error": end.error, "b_finished_at": now})
-                if ended.rowcount == 0:  # type: ignore[attr-defined]
-                    current = conn.execute(_SESSION_STATUS, {"id": end.session_id}).scalar()
-                    failures.append(UnknownSession(end.session_id) if current is None else
-                                    SessionNotRunning(f"session {end.session_id!r} is already {current}"))
-                    continue
-                failures.append(None)
-                if end.reward is not None:
-                    rewards.append({"session_id": end.session_id, "value": float(end.reward), "name": "outcome",
-                                    "source": "agent"})
-            if rewards:
-                conn.execute(insert(RewardRow), rewards)
-            return failures
-
+        check_ends(ends)
         if not ends:
             return []
-        done, failures = self._writes.transaction(finish, wait=wait)
+        done, failures = self._writes.transaction(lambda conn: end_sessions(conn, ends), wait=wait)
         return failures if done else None
 
     def abandon_stale(self, older_than: dt.datetime, *, run_id: str | None = None) -> int:
@@ -375,7 +339,7 @@ class TraceStore:
             # The foreign key refused an unknown session, or (session, index) is taken: tell which, after the
             # rollback (checking the sessions first would cost every commit a query).
             with self.engine.connect() as conn:
-                found = set(conn.scalars(_SESSIONS_FOUND, {"ids": list(session_ids)}))
+                found = set(conn.scalars(SESSIONS_FOUND, {"ids": list(session_ids)}))
             for sid in sorted(session_ids - found):
                 raise UnknownSession(sid) from exc
             raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
