@@ -113,18 +113,19 @@ class SessionRegistry:
         """Create ``sessions`` (run: the default one where none is given) in one store transaction, all or none (a
         409 ``session_exists`` if an id is taken); each one's state and key."""
         keys = [new_session_key() for _ in sessions]
-        sessions = [dataclasses.replace(s, run_id=s.run_id or self.default_run, key_hash=hash_key(key))
-                    for s, key in zip(sessions, keys, strict=True)]
+        hashes = [hash_key(key) for key in keys]
+        sessions = [dataclasses.replace(s, run_id=s.run_id or self.default_run, key_hash=digest)
+                    for s, digest in zip(sessions, hashes, strict=True)]
         try:
             ids = await _in_place_or_thread(lambda: self.store.try_create_sessions(sessions),
                                             lambda: self.store.create_sessions(sessions))
         except SessionExists as exc:
             raise APIError(409, str(exc), code="session_exists") from exc
         created = []
-        for sid, session, key in zip(ids, sessions, keys, strict=True):
+        for sid, session, key, digest in zip(ids, sessions, keys, hashes, strict=True):
             state = SessionState(id=sid, run_id=session.run_id, status="running", auto=auto)
             self._remember(state)
-            self._keys[session.key_hash] = sid  # type: ignore[index]
+            self._keys[digest] = sid
             created.append((state, key))
         return created
 

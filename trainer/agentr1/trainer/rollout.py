@@ -108,7 +108,8 @@ class AgentRunner:
         metadata: dict[str, Any] = {"step": step, "sample": sample}
         if self.config.context is not None:  # the gateway applies it to every call of the session
             metadata["context"] = self.config.context
-        batches = self._batches.setdefault(asyncio.get_running_loop(), SessionBatches())
+        loop = asyncio.get_running_loop()
+        batches = self._batches.get(loop) or self._batches.setdefault(loop, SessionBatches())
         try:
             active = await batches.open(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata)
         except Exception as exc:

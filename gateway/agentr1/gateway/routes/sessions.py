@@ -25,6 +25,7 @@ from agentr1.store import (
     RewardRecord,
     SessionEnd,
     SessionNotRunning,
+    StoreError,
     UnknownSession,
     UnknownStep,
     session_with_images,
@@ -99,10 +100,16 @@ async def finish_sessions(body: Annotated[list[SessionEnding], Field(max_length=
         if failure is None:
             result["status"] = end.status
         else:
-            status, code = (409, "session_finished") if isinstance(failure, SessionNotRunning) else \
-                (404, "session_not_found")
-            result.update(error_body(status, str(failure), code), status_code=status)
+            error = _ending_error(failure)
+            result.update(error_body(error.status, error.message, error.code), status_code=error.status)
     return {"results": results}
+
+
+def _ending_error(failure: StoreError) -> APIError:
+    """What a session that could not end answers: 409 ``session_finished`` if it had ended, else 404."""
+    if isinstance(failure, SessionNotRunning):
+        return APIError(409, str(failure), code="session_finished")
+    return APIError(404, str(failure), code="session_not_found")
 
 
 @router.get("/{session_id}")
@@ -145,5 +152,5 @@ async def finish_session(session_id: str, body: SessionFinish, request: Request)
     try:
         await gw.sessions.finish(state, body.status, reward=body.reward, error=body.error)
     except SessionNotRunning as exc:
-        raise APIError(409, str(exc), code="session_finished") from exc
+        raise _ending_error(exc) from exc
     return {"id": session_id, "status": body.status}
