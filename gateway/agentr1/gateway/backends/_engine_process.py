@@ -14,6 +14,13 @@ tensors through shared memory) and are copied in place by the child exactly as i
 (:func:`~._weights.copy_into`); the parent keeps the policy version and tells the child, so every
 result carries the version that sampled it. The child's counters come back with every result.
 Spawned (not forked): a CUDA context cannot be forked.
+
+Other processes may share the engine (``LocalBackend(engine_address=...)``: the trainer's gateway processes,
+``agentr1.gateway.GatewayShards``): the child listens on a Unix socket (:attr:`EngineProcess.address`, with a
+random key) and serves each connection as it serves the parent's pipe, rows and cancellations. Only the parent
+loads weights; the child then holds new rows back until the running ones (everyone's) have finished, loads, and
+tells every client the new policy version before it answers the parent, so a session a client opens after the
+parent's update returned records the new version. The child itself is in ``_engine_child.py``.
 """
 
 from __future__ import annotations
@@ -22,18 +29,18 @@ import itertools
 import logging
 import multiprocessing
 import queue
+import secrets
 import shutil
 import threading
-import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Client
 from typing import Any
 
-from agentr1.core import freeze_heap
-
 from ._rows import EngineStats, Row
-from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult
+from .base import BackendError, BackendUnavailable, GenerateRequest
 
-__all__ = ["EngineProcess", "feed"]
+__all__ = ["EngineAddress", "EngineClient", "EngineProcess", "feed"]
 
 log = logging.getLogger(__name__)
 
@@ -54,36 +61,31 @@ def _error_fields(exc: BaseException) -> tuple[str, str, int, float | None]:
     return "backend", f"local engine failed: {type(exc).__name__}: {exc}", 502, None
 
 
-class EngineProcess:
-    """The parent's side: start the child, send it rows, deliver what it answers."""
+@dataclass(frozen=True)
+class EngineAddress:
+    """Where an engine process listens for other processes: a Unix socket and the key it accepts."""
 
-    def __init__(self, model_path: str, options: dict[str, Any], stats: EngineStats,
-                 on_finished: Callable[[], None]) -> None:
-        context = multiprocessing.get_context("spawn")
-        import torch.multiprocessing  # noqa: F401  (tensors pickle as shared memory / CUDA IPC handles)
+    path: str
+    authkey: bytes
 
-        self.conn, child = context.Pipe(duplex=True)
-        self.process = context.Process(target=serve, args=(child, model_path, options), daemon=True,
-                                       name="agentr1-engine")
-        self.process.start()
-        child.close()
-        self.stats, self.on_finished = stats, on_finished
+
+class EngineLink:
+    """One connection to the engine process: rows sent, what comes back handed to their sinks (a reader thread).
+    The parent's pipe (:class:`EngineProcess`) and a client's socket (:class:`EngineClient`) are both this."""
+
+    reader_name = "agentr1-engine-reader"
+
+    def __init__(self, conn: Any, stats: EngineStats, on_finished: Callable[[], None],
+                 on_version: Callable[[int], None] | None = None) -> None:
+        self.conn, self.stats, self.on_finished, self.on_version = conn, stats, on_finished, on_version
         self.rows: dict[int, Row] = {}
         self._ids = itertools.count()
         self._send_lock = threading.Lock()
-        self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        if not self.conn.poll(START_TIMEOUT_S):
-            self.process.kill()
-            raise BackendError(f"the engine process did not start within {START_TIMEOUT_S:.0f} s")
-        first = self.conn.recv()
-        if first[0] != "ready":
-            self.process.join(timeout=10)
-            raise BackendError(f"the engine process failed to start: {first[1]}")
-        self._reader = threading.Thread(target=self._read, name="agentr1-engine-reader", daemon=True)
-        self._reader.start()
+        self._replies: dict[str, queue.Queue[tuple[Any, ...]]] = {"weights": queue.Queue(), "stats": queue.Queue()}
+        self._reader = threading.Thread(target=self._read, name=self.reader_name, daemon=True)
 
     def alive(self) -> bool:
-        return self.process.is_alive() and self._reader.is_alive()
+        return self._reader.is_alive()
 
     def _send(self, message: tuple[Any, ...]) -> None:
         with self._send_lock:
@@ -115,25 +117,6 @@ class EngineProcess:
                 pass
             self.on_finished()
 
-    def update_weights(self, tensors: Mapping[str, Any], version: int) -> None:
-        """Copy ``tensors`` into the child's model (it must be idle); raises what the child raised."""
-        self._send(("weights", pack(tensors), version))
-        reply = self._replies.get()
-        if reply[0] != "ok":
-            raise ValueError(reply[1]) if reply[0] == "invalid" else _error_of(*reply[1:])
-
-    def close(self, timeout: float = 60.0) -> None:
-        """Stop the child: its running rows end with ``finish_reason="abort"``."""
-        try:
-            self._send(("stop",))
-        except (OSError, ValueError):
-            pass
-        self._reader.join(timeout)
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-        self.conn.close()
-
     def _read(self) -> None:
         while True:
             try:
@@ -155,8 +138,15 @@ class EngineProcess:
                 else:
                     row.sink.error(_error_of(*message[2:6]))
                 self.on_finished()
-            elif kind == "weights":
-                self._replies.put(message[1:])
+            elif kind == "version":  # a client: the engine's weights changed (or, first, the version it serves)
+                if self.on_version is not None:
+                    self.on_version(message[1])
+                try:
+                    self._send(("version_seen", message[1]))
+                except (OSError, ValueError):
+                    break
+            elif kind in self._replies:
+                self._replies[kind].put(message[1:])
             elif kind == "closed":
                 break
         gone = BackendUnavailable("the engine process has stopped", retry_after=5.0)
@@ -164,8 +154,102 @@ class EngineProcess:
             row = self.rows.pop(rid, None)
             if row is not None:
                 row.sink.error(gone)
-        self._replies.put(("failed", "unavailable", "the engine process has stopped", 503, 5.0))
+        self._replies["weights"].put(("failed", "unavailable", "the engine process has stopped", 503, 5.0))
+        self._replies["stats"].put(({},))
         self.on_finished()
+
+
+class EngineProcess(EngineLink):
+    """The parent's side: start the child, send it rows and weights, deliver what it answers."""
+
+    def __init__(self, model_path: str, options: dict[str, Any], stats: EngineStats,
+                 on_finished: Callable[[], None]) -> None:
+        context = multiprocessing.get_context("spawn")
+        import torch.multiprocessing  # noqa: F401  (tensors pickle as shared memory / CUDA IPC handles)
+
+        from ._engine_child import serve
+
+        conn, child = context.Pipe(duplex=True)
+        authkey = secrets.token_bytes(32)
+        self.process = context.Process(target=serve, args=(child, model_path, options, authkey), daemon=True,
+                                       name="agentr1-engine")
+        self.process.start()
+        child.close()
+        super().__init__(conn, stats, on_finished)
+        if not self.conn.poll(START_TIMEOUT_S):
+            self.process.kill()
+            raise BackendError(f"the engine process did not start within {START_TIMEOUT_S:.0f} s")
+        first = self.conn.recv()
+        if first[0] != "ready":
+            self.process.join(timeout=10)
+            raise BackendError(f"the engine process failed to start: {first[1]}")
+        self.address = EngineAddress(first[1], authkey)  # where other processes' backends connect
+        self._reader.start()
+
+    def alive(self) -> bool:
+        return self.process.is_alive() and super().alive()
+
+    def update_weights(self, tensors: Mapping[str, Any], version: int) -> None:
+        """Copy ``tensors`` into the child's model (it waits for the rows running there, its clients' too);
+        raises what the child raised."""
+        self._send(("weights", pack(tensors), version))
+        reply = self._replies["weights"].get()
+        if reply[0] != "ok":
+            raise ValueError(reply[1]) if reply[0] == "invalid" else _error_of(*reply[1:])
+
+    def refresh_stats(self) -> None:
+        """The child's counters now (rows its clients ran included) into ``stats``."""
+        try:
+            self._send(("stats",))
+        except (OSError, ValueError):
+            return
+        (counters,) = self._replies["stats"].get()
+        self.stats.__dict__.update(counters)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the child: its running rows end with ``finish_reason="abort"``."""
+        try:
+            self._send(("stop",))
+        except (OSError, ValueError):
+            pass
+        self._reader.join(timeout)
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+        self.conn.close()
+
+
+class EngineClient(EngineLink):
+    """Another process's side: rows through the socket of an engine process that :class:`EngineProcess` started
+    (``address``); ``on_version`` learns the policy version it serves, at once and at every weight load."""
+
+    reader_name = "agentr1-engine-client"
+
+    def __init__(self, address: EngineAddress, stats: EngineStats, on_finished: Callable[[], None],
+                 on_version: Callable[[int], None]) -> None:
+        try:
+            conn = Client(address.path, family="AF_UNIX", authkey=address.authkey)
+        except (OSError, EOFError, multiprocessing.AuthenticationError) as exc:
+            raise BackendUnavailable(f"no engine process at {address.path}: {exc}", retry_after=5.0) from exc
+        super().__init__(conn, stats, on_finished, on_version)
+        self._reader.start()
+
+    def update_weights(self, tensors: Mapping[str, Any], version: int) -> None:
+        raise BackendError("this backend shares another process's engine: weights are loaded by the process that "
+                           "started it", status_code=409)
+
+    def refresh_stats(self) -> None:
+        """(The counters come back with every result.)"""
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Leave the engine: the child stops this connection's running rows (they end with an error here) and
+        says goodbye."""
+        try:
+            self._send(("bye",))
+        except (OSError, ValueError):
+            pass
+        self._reader.join(timeout)
+        self.conn.close()
 
 
 def pack(tensors: Mapping[str, Any]) -> tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ...]]]]:
@@ -214,95 +298,6 @@ def unpack(packed: tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ..
             n *= d
         out[name] = flats[dtype][offset: offset + n].view(shape)
     return out
-
-
-# -- the child ------------------------------------------------------------------------------------
-
-class _PipeSink:
-    """A child row's sink: its tokens go to the parent."""
-
-    def __init__(self, send: Callable[[tuple[Any, ...]], None], rid: int, streaming: bool, stats: EngineStats,
-                 rows: dict[int, Row]) -> None:
-        self.send, self.rid, self.streaming, self.stats, self.rows = send, rid, streaming, stats, rows
-
-    def delta(self, token_ids: list[int], logprobs: list[float]) -> None:
-        if self.streaming:
-            self.send(("delta", self.rid, list(token_ids), list(logprobs)))
-
-    def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
-        self.rows.pop(self.rid, None)
-        self.send(("result", self.rid, result, list(token_ids), list(logprobs), dict(self.stats.__dict__)))
-
-    def error(self, exc: BaseException) -> None:
-        self.rows.pop(self.rid, None)
-        self.send(("error", self.rid, *_error_fields(exc), dict(self.stats.__dict__)))
-
-
-def serve(conn: Any, model_path: str, options: dict[str, Any]) -> None:
-    """The child's main: a threaded LocalBackend fed from ``conn`` until "stop" or the parent is gone."""
-    from .local import LocalBackend
-
-    try:
-        backend = LocalBackend(model_path, **options)
-        backend.start_sync()
-    except Exception:
-        conn.send(("failed", traceback.format_exc(limit=5)))
-        return
-    freeze_heap()  # the model and the imports: no full collection walks them between decode steps
-    lock = threading.Lock()
-
-    def send(message: tuple[Any, ...]) -> None:
-        with lock:
-            try:
-                conn.send(message)
-            except (OSError, ValueError):  # the parent is gone
-                pass
-
-    rows: dict[int, Row] = {}
-    send(("ready",))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            break
-        kind = message[0]
-        if kind == "submit":
-            admitted = []
-            for rid, request, streaming in message[1]:
-                sink = _PipeSink(send, rid, streaming, backend.stats, rows)
-                try:
-                    grammar = backend._row_grammar(request) if request.grammar is not None else None
-                except Exception as exc:
-                    sink.error(exc)
-                    continue
-                rows[rid] = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
-                                multimodal=request.multimodal, grammar=grammar)
-                admitted.append(rows[rid])
-            try:
-                if admitted:
-                    backend.enqueue(*admitted)
-            except Exception as exc:
-                for row in admitted:
-                    row.sink.error(exc)
-        elif kind == "cancel":
-            row = rows.pop(message[1], None)
-            if row is not None:
-                row.cancelled = True
-        elif kind == "weights":
-            _, packed, version = message
-            try:
-                backend.load_weights(unpack(packed), version)
-                send(("weights", "ok"))
-            except ValueError as exc:
-                send(("weights", "invalid", str(exc)))
-            except Exception as exc:
-                send(("weights", "failed", *_error_fields(exc)))
-            del packed, message
-        elif kind == "stop":
-            break
-    backend.close_sync()
-    send(("closed",))
-    conn.close()
 
 
 def feed(backend: Any, remote: EngineProcess) -> None:

@@ -28,6 +28,9 @@ drop the cached prefixes. With rows running, small arrivals are admitted in grou
 ``engine_process``: the worker and the model live in a child process (``_engine_process.py``), with
 a GIL of their own; this object queues, pauses and forwards rows and weights (what ``agentr1 train``
 uses on a GPU). The process is spawned: a script that starts one needs ``if __name__ == "__main__"``.
+Its :attr:`LocalBackend.engine_address` lets backends in other processes share it: ``engine_address=`` makes a
+backend that loads no model and sends its rows to that engine (the trainer's gateway processes); it serves the
+policy version the engine reports and cannot load weights (the owner does).
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class LocalBackend:
         prefill_budget: int | None = None,
         overlap: bool | None = None,
         engine_process: bool = False,
+        engine_address: Any = None,
     ) -> None:
         from transformers import AutoConfig
 
@@ -131,7 +135,8 @@ class LocalBackend:
         }
         # engine_process: the engine runs in a child process of its own (_engine_process.py), the same
         # LocalBackend there on these arguments; this one queues, pauses and forwards
-        self.engine_process = engine_process
+        self.engine_process = engine_process or engine_address is not None
+        self.shared_engine = engine_address  # an EngineAddress: another process's engine process, shared
         self._child_options: dict[str, Any] = {
             "device": str(self.device), "dtype": self.dtype, "max_batch_size": max_batch_size,
             "max_context": self.max_context, "max_queue": max_queue, "model_name": self.model_name,
@@ -210,17 +215,35 @@ class LocalBackend:
             )
 
     def _start_process(self) -> None:
-        from ._engine_process import EngineProcess, feed
+        from ._engine_process import EngineClient, EngineProcess, feed
 
         started = time.monotonic()
-        self._remote = EngineProcess(str(self.model_path), {**self._child_options, "policy_version":
-                                     self._policy_version}, self.stats, self._wake)
+        if self.shared_engine is not None:
+            self._remote = EngineClient(self.shared_engine, self.stats, self._wake, self._set_version)
+        else:
+            self._remote = EngineProcess(str(self.model_path), {**self._child_options, "policy_version":
+                                         self._policy_version}, self.stats, self._wake)
         self._stopping = False
         self._thread = threading.Thread(target=feed, args=(self, self._remote), name="agentr1-engine-feeder",
                                         daemon=True)
         self._thread.start()
-        log.info("local backend: %s on %s (%s) in process %d, ready in %.1f s", self.model_name, self.device,
-                 self.dtype, self._remote.process.pid, time.monotonic() - started)
+        where = "shared" if self.shared_engine is not None else f"in process {self._remote.process.pid}"
+        log.info("local backend: %s on %s (%s) %s, ready in %.1f s", self.model_name, self.device, self.dtype, where,
+                 time.monotonic() - started)
+
+    def _set_version(self, version: int) -> None:
+        self._policy_version = version
+
+    @property
+    def engine_address(self) -> Any:
+        """Where backends of other processes connect to share this one's engine process (``engine_address=``);
+        None unless it started one."""
+        return getattr(self._remote, "address", None)
+
+    def refresh_stats(self) -> None:
+        """Bring :attr:`stats` up to date: an engine process's counters include its other clients' rows."""
+        if self._remote is not None:
+            self._remote.refresh_stats()
 
     async def close(self) -> None:
         """Stop the worker: running requests end with ``finish_reason="abort"``, queued ones fail."""
@@ -406,6 +429,19 @@ class LocalBackend:
                 self._engine.policy_version = version
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the tensors may be the trainer's (CUDA IPC): copied now
+
+    def load_weights_when_idle(self, tensors: Mapping[str, torch.Tensor], version: int) -> None:
+        """:meth:`load_weights` once the rows running now have finished, holding new ones back meanwhile (the
+        engine process: its clients' rows are not paused by the owner)."""
+        with self._cv:
+            self._updating += 1
+        try:
+            self._idle.wait()
+            self.load_weights(tensors, version)
+        finally:
+            with self._cv:
+                self._updating -= 1
+                self._cv.notify_all()
 
     def _is_paused(self) -> bool:
         return self._paused or self._updating > 0
