@@ -26,6 +26,10 @@ event loop, thread pools), the engine's forward passes and prefills per call, th
 the engine (submit to result) against the rollout's wall time. ``--pyspy FILE`` also records the
 rollout with py-spy (``--gil``: only samples holding the GIL) as collapsed stacks.
 
+``--set actor_rollout_ref.rollout.gateway_processes=K``: the rollout's sessions are served by K gateway processes
+sharing the engine process (``agentr1.gateway.GatewayShards``); their calls are then read back from the store
+(requests, lengths, and each call's span as the gateway timed it) and their CPU is reported per process.
+
 Prints a markdown summary, then one JSON line (the last line of the output).
 """
 
@@ -112,6 +116,23 @@ class Recorder:
         self.calls.append((request, n, time.perf_counter() - started))
         self.spans.append((started, time.perf_counter()))
 
+    def load_steps(self, store: TraceStore, session_ids: list[str], wall_to_perf: float) -> None:
+        """The calls as the gateway recorded them (``rollout.gateway_processes`` > 1: the shards' calls never pass
+        through this process's backend): the requests from each step's prompt ids and sampling, a call's span from
+        when its handler started (the step's ``latency_ms`` before it was stored) to when it was stored
+        (``wall_to_perf``: perf_counter minus wall-clock time)."""
+        from agentr1.gateway.backends import GenerateRequest, SamplingParams
+
+        fields = set(SamplingParams.__dataclass_fields__)
+        for sid in session_ids:
+            for step in store.get_session(sid).steps:
+                sampling = SamplingParams(**{k: v for k, v in step.sampling.items() if k in fields})
+                request = GenerateRequest(list(step.observation_ids), sampling, session_id=sid)
+                seconds = (step.latency_ms or 0.0) / 1000
+                end = step.created_at.timestamp() + wall_to_perf
+                self.calls.append((request, len(step.action_ids), seconds))
+                self.spans.append((end - seconds, end))
+
     def take(self) -> list[tuple[Any, int, float]]:
         calls, self.calls, self.spans = self.calls, [], []
         return calls
@@ -193,11 +214,19 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: round(after[k] - before.get(k, 0.0), 2) for k in sorted(after) if after[k] - before.get(k, 0.0) > 0.005}
 
 
 def engine_counters(backend: Any) -> dict[str, int]:
+    if hasattr(backend, "refresh_stats"):  # an engine process: the counters of its clients' rows too
+        backend.refresh_stats()
     s = backend.stats
     out: dict[str, float] = {k: int(getattr(s, k)) for k in ("forward_passes", "prefill_passes", "prefill_tokens",
                                                              "cached_tokens", "decode_steps", "tokens_generated",
@@ -232,15 +261,23 @@ async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: A
                "--output", pyspy, "--threads", "--rate", "200", "--nonblocking"] + (["--gil"] if gil else [])
         spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await asyncio.sleep(1.0)
-    monitor = LoopMonitor(serving.gateway)
-    await monitor.start()
+    shards = serving.shards.processes if serving.shards is not None else []
+    monitor = LoopMonitor(serving.gateway)  # (with shards the loop that serves the calls is another process's)
+    if not shards:
+        await monitor.start()
+    shard_cpu = [process_cpu(p.pid) for p in shards]
     started, wall_started = time.perf_counter(), time.time()
     report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=len(tasks) * n,
                            switch_interval_s=switch_interval_s)
     ended = time.perf_counter()
     monitor.stop()
+    shard_cpu = [round(process_cpu(p.pid) - before, 2) for p, before in zip(shards, shard_cpu, strict=True)]
+    if shards:
+        recorder.load_steps(store, report.sessions, started - wall_started)
     timeline = {**recorder.timeline(started, ended), **session_times(store, report.sessions, wall_started)}
-    if "last_call_s" in timeline:  # the loop in three phases: calls arriving, the engine's, after the last answer
+    if shards:
+        timeline["shard_cpu_s"] = shard_cpu
+    elif "last_call_s" in timeline:  # the loop in three phases: calls arriving, the engine's, after the last answer
         last_call, last_answer = started + timeline["last_call_s"], ended - timeline["after_last_answer_s"]
         timeline["loop"] = {"arrivals": monitor.phase(started, last_call),
                             "to_last_answer": monitor.phase(last_call, last_answer),
@@ -347,7 +384,7 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
     try:
         configure(serving.url)
         recorder = Recorder(serving.backend)
-        runner = AgentRunner(cfg.agent)
+        runner = AgentRunner(cfg.agent, gateways=serving.rollout_urls)
         if runner.workers is not None:  # agent.processes: their start is not the rollout's
             runner.workers.wait_ready()
         tasks = bench_tasks(cfg, args)
@@ -418,6 +455,9 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{r['median_call_s']}, last {r['last_call_s']}); the last session finished at "
                          f"{r.get('last_finish_s')} s; the rollout ended {r['after_last_answer_s']} s after the last "
                          "answer |||||||||||")
+        if "shard_cpu_s" in r:
+            lines.append(f"| gateway processes | CPU s each: {r['shard_cpu_s']} (calls timed by the gateway: from a "
+                         "handler's start to its step stored) |||||||||||")
         if "loop" in r:
             lp = r["loop"]
             phases = "; ".join(f"{name} {v['wall_s']} s: busy {v['loop_busy']:.0%}, gateway CPU {v['gateway_cpu']:.0%}"

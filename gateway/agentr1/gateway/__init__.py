@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from agentr1.gateway.errors import APIError, install_error_handlers
     from agentr1.gateway.server import BackgroundServer, free_port, uvicorn_options
     from agentr1.gateway.settings import BackendName, GatewaySettings
+    from agentr1.gateway.shards import GatewayShards
     from agentr1.gateway.tracing import configure_otlp
 
 _MODULES = {"APIError": "errors", "BackendName": "settings", "BackgroundServer": "server",
-            "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings",
+            "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings", "GatewayShards": "shards",
             "branch_report": "branches", "build_policy": "context", "configure_otlp": "tracing", "create_app": "app",
             "free_port": "server", "install_error_handlers": "errors", "uvicorn_options": "server"}
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ContextPolicyError",
     "EmbeddedGateway",
     "GatewaySettings",
+    "GatewayShards",
     "branch_report",
     "build_policy",
     "configure_otlp",

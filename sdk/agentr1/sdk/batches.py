@@ -9,7 +9,8 @@ about the same moment into one ``POST /sessions`` with a list (one transaction) 
 is on its way goes in the next, so a lone session waits for nothing and a burst costs a few requests.
 
 The sessions opened here are run with ``session(active=...)``, which neither opens nor ends them, and
-ended with :meth:`SessionBatches.finish`.
+ended with :meth:`SessionBatches.finish`. ``gateway_url`` names the gateway (default: the configured one); a
+session is ended through the batches that opened it (a gateway's shards each keep their own sessions).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class _Coalesced(Generic[Item, Result]):
 class SessionBatches:
     """Opens and ends sessions for the code of one event loop, many to a request (see the module's text)."""
 
-    def __init__(self, *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, *, max_batch: int = MAX_BATCH, gateway_url: str | None = None) -> None:
+        self.gateway_url = gateway_url
         self._opens: _Coalesced[dict[str, Any], ActiveSession] = _Coalesced(self._open, max_batch)
         self._ends: _Coalesced[tuple[ActiveSession, str, float | None, str | None], None] = _Coalesced(
             self._finish, max_batch)
@@ -86,20 +88,18 @@ class SessionBatches:
         other errors as ``POST /sessions/{id}/finish`` gives them."""
         await self._ends.submit((active, status, reward, error))
 
-    @staticmethod
-    async def _open(sessions: list[dict[str, Any]]) -> list[ActiveSession]:
+    async def _open(self, sessions: list[dict[str, Any]]) -> list[ActiveSession]:
         method, path, _, body = create_many_call(sessions)
-        answers: Any = await arequest(method, path, json=body)
-        return [as_session(answer) for answer in answers]
+        answers: Any = await arequest(method, path, json=body, url=self.gateway_url)
+        return [as_session(answer, self.gateway_url) for answer in answers]
 
-    @staticmethod
-    async def _finish(ends: list[tuple[ActiveSession, str, float | None, str | None]]) -> list[Exception | None]:
+    async def _finish(self, ends: list[tuple[ActiveSession, str, float | None, str | None]]) -> list[Exception | None]:
         method, path, _, body = finish_many_call(ends)
         retried = False
         try:
-            answer = await arequest(method, path, json=body)
+            answer = await arequest(method, path, json=body, url=self.gateway_url)
         except GatewayConnectionError:  # once more: a session left running records no outcome
-            answer, retried = await arequest(method, path, json=body), True
+            answer, retried = await arequest(method, path, json=body, url=self.gateway_url), True
         results: list[Exception | None] = []
         for item in answer["results"]:
             error = item.get("error")

@@ -151,9 +151,11 @@ def request(method: str, path: str, session: ActiveSession | None = None, json: 
     return _raise_for(response)
 
 
-async def arequest(method: str, path: str, session: ActiveSession | None = None, json: Any = None) -> dict[str, Any]:
-    """The same call for async code: never blocks the event loop."""
-    url = gateway_url() if session is None else session.gateway_url
+async def arequest(method: str, path: str, session: ActiveSession | None = None, json: Any = None,
+                   url: str | None = None) -> dict[str, Any]:
+    """The same call for async code: never blocks the event loop. ``url``: this gateway's instead of the
+    session's or the configured one."""
+    url = url or (gateway_url() if session is None else session.gateway_url)
     try:
         async with httpx.AsyncClient(timeout=_timeout(), verify=shared_ssl_context()) as client:
             response = await client.request(method, url + path, headers=_auth(session), json=json)
@@ -192,5 +194,6 @@ def finish_many_call(ends: list[tuple[ActiveSession, str, float | None, str | No
                                                "error": error} for s, status, reward, error in ends]
 
 
-def as_session(data: dict[str, Any]) -> ActiveSession:
-    return _active(gateway_url(), data)
+def as_session(data: dict[str, Any], url: str | None = None) -> ActiveSession:
+    """The session the gateway at ``url`` (default: the configured one) answered ``data`` for."""
+    return _active(url or gateway_url(), data)

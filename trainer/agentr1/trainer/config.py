@@ -238,6 +238,11 @@ class RolloutConfig(_Strict):
     # gateway's loop gives the GIL up at every socket and SQLite call and waits this long at most to take it back
     # from a busy thread (agentr1.core.gil_switch_interval; docs/benchmarks.md, "Session 18")
     gil_switch_interval_ms: float | None = Field(0.5, gt=0)
+    # name local: gateway processes serving the rollout's sessions, sharing the engine process (1: the trainer's own
+    # gateway alone). Each takes a share of the sessions' HTTP, rendering and recording work off the one event
+    # loop (agentr1.gateway.GatewayShards; docs/benchmarks.md, "Session 19"); more than 1 runs the engine in a
+    # process of its own
+    gateway_processes: int = Field(1, ge=1, le=64)
     max_staleness: int = 0  # train on sessions at most this many policy versions old
     # steps sampled at another temperature / top_p than above (agentr1.trainer.groups.check_sampling)
     sampling_check: Literal["error", "warn", "off"] = "error"
@@ -269,7 +274,8 @@ class RolloutConfig(_Strict):
     def _servers(self) -> RolloutConfig:
         launch_options = sorted(k for k, f in type(self).model_fields.items()  # not at their defaults
                                 if k.startswith("launch_") and getattr(self, k) != f.get_default(call_default_factory=True))
-        engine_options = [k for k in ("engine_compile", "prefill_budget", "engine_exact", "cache_gb", "engine_dtype")
+        engine_options = [k for k in ("engine_compile", "prefill_budget", "engine_exact", "cache_gb", "engine_dtype",
+                                      "gateway_processes")
                           if getattr(self, k) != type(self).model_fields[k].default]
         if engine_options and self.name != "local":
             raise ValueError(f"actor_rollout_ref.rollout.{engine_options[0]} is an option of the embedded engine "

@@ -91,7 +91,8 @@ class Trainer:
                                          policy_version=self.state.policy_version, log_dir=self.out_dir / "servers")
             self.state.policy_version = asyncio.run(self.serving.align(self.engine, self.state.policy_version))
             configure(self.serving.url)
-        self.runner = AgentRunner(cfg.agent) if cfg.agent is not None else None
+        gateways = self.serving.rollout_urls if self.serving is not None else None
+        self.runner = AgentRunner(cfg.agent, gateways=gateways) if cfg.agent is not None else None
         self.distiller = build_distiller(cfg, self.model_path, self.engine) if cfg.algorithm.distill else None
         self.sampler = TaskSampler(self.train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
                                    position=self.state.sampler_position)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import time
 import weakref
@@ -79,11 +80,15 @@ class SessionOutcome:
 class AgentRunner:
     """Runs the configured agent for one task in a session of its own.
 
-    Sessions are opened and ended many to a request (``agentr1.sdk.SessionBatches``, one per event loop): one
-    request each would cost the gateway two more HTTP requests per session, as much CPU as the model call."""
+    Sessions are opened and ended many to a request (``agentr1.sdk.SessionBatches``, one per event loop and
+    gateway): one request each would cost the gateway two more HTTP requests per session, as much CPU as the model
+    call. ``gateways``: the gateways to spread sessions over, in turn (``Serving.rollout_urls``: the gateway's
+    processes); default the configured one (``agentr1.sdk.configure``)."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, *, gateways: list[str] | None = None) -> None:
         self.config = config
+        self.gateways: list[str | None] = list(gateways or [None])
+        self._turn = itertools.count()
         self.fn: Callable[..., Any] | None = load_callable(config.entrypoint) if config.entrypoint else None
         # A decorated agent would open its own session; run the function it wraps instead.
         while self.fn is not None and hasattr(self.fn, "__wrapped__"):
@@ -91,7 +96,7 @@ class AgentRunner:
         self.workers: AgentProcesses | None = None
         if config.processes > 1:
             self.workers = AgentProcesses(config.model_dump(), config.processes)
-        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SessionBatches] = \
+        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[SessionBatches]] = \
             weakref.WeakKeyDictionary()
 
     def close(self) -> None:
@@ -109,7 +114,9 @@ class AgentRunner:
         if self.config.context is not None:  # the gateway applies it to every call of the session
             metadata["context"] = self.config.context
         loop = asyncio.get_running_loop()
-        batches = self._batches.get(loop) or self._batches.setdefault(loop, SessionBatches())
+        per_gateway = self._batches.get(loop) or self._batches.setdefault(
+            loop, [SessionBatches(gateway_url=url) for url in self.gateways])
+        batches = per_gateway[next(self._turn) % len(per_gateway)]  # the session is opened and ended there
         try:
             active = await batches.open(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata)
         except Exception as exc:

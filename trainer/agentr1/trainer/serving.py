@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from agentr1.gateway import EmbeddedGateway, GatewaySettings
+from agentr1.gateway import EmbeddedGateway, GatewaySettings, GatewayShards
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
 
@@ -61,10 +61,16 @@ class Serving:
     the SGLang servers it started)."""
 
     gateway: EmbeddedGateway
+    shards: GatewayShards | None = None  # rollout.gateway_processes > 1: the gateway processes beside this one
 
     @property
     def url(self) -> str:
         return self.gateway.url
+
+    @property
+    def rollout_urls(self) -> list[str]:
+        """The gateways a rollout's sessions are spread over: the shards, else this process's gateway."""
+        return list(self.shards.urls) if self.shards is not None else [self.url]
 
     @property
     def backend(self) -> Any:
@@ -87,6 +93,9 @@ class Serving:
         """The embedded engine's counters so far (``EngineStats``: forward passes, decode steps, prompt
         tokens prefilled and served from cached prefixes, tokens generated, busy seconds); empty for
         a backend that keeps none (SGLang, vLLM)."""
+        refresh = getattr(self.backend, "refresh_stats", None)
+        if refresh is not None:  # an engine process: its counters include what the shards' rows did
+            refresh()
         stats = getattr(self.backend, "stats", None)
         if not is_dataclass(stats) or isinstance(stats, type):
             return {}
@@ -112,6 +121,8 @@ class Serving:
         return await self.sync(engine)
 
     def close(self) -> None:
+        if self.shards is not None:
+            self.shards.stop()  # before the engine they share stops
         self.gateway.stop()  # the gateway closes the backend it built, on its loop, then stops launched servers
 
 
@@ -140,17 +151,30 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
     """Start the backend ``cfg.actor_rollout_ref.rollout`` selects (launching SGLang servers first when
     asked) behind an embedded gateway on a free loopback port. ``serve_from``: the weights the embedded
     engine loads (launched servers start from ``model_path``; :meth:`Serving.align` brings them up to date).
-    ``engine_process``: the local engine in a process of its own (None: :func:`engine_in_process`)."""
+    ``engine_process``: the local engine in a process of its own (None: :func:`engine_in_process`).
+    ``rollout.gateway_processes`` > 1: that many gateway processes share the engine process (:attr:`Serving.shards`,
+    where the rollout's sessions go: :attr:`Serving.rollout_urls`); weights still go through this process's
+    gateway."""
     local = cfg.actor_rollout_ref.rollout.name == "local"
     settings = gateway_settings(cfg, model=serve_from if local else model_path, run_id=run_id, log_dir=log_dir)
     backend = None
+    shards = cfg.actor_rollout_ref.rollout.gateway_processes
     if local:
         from agentr1.gateway.backends import local_backend
 
         separate = engine_in_process(settings.device) if engine_process is None else engine_process
-        backend = local_backend(settings, policy_version=policy_version, engine_process=separate)
-    return Serving(EmbeddedGateway(settings, store=store, backend=backend, owns_backend=True,
-                                   policy_version=policy_version).start())
+        if shards > 1 and not separate:
+            log.info("rollout.gateway_processes=%d: the engine runs in a process of its own, shared by them", shards)
+        backend = local_backend(settings, policy_version=policy_version, engine_process=separate or shards > 1)
+    serving = Serving(EmbeddedGateway(settings, store=store, backend=backend, owns_backend=True,
+                                      policy_version=policy_version).start())
+    if shards > 1:
+        try:
+            serving.shards = GatewayShards(settings, serving.backend.engine_address, shards).start()
+        except BaseException:
+            serving.close()
+            raise
+    return serving
 
 
 def engine_in_process(device: str) -> bool:

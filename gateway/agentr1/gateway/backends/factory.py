@@ -50,9 +50,11 @@ def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Back
                        timeout=settings.request_timeout_s)
 
 
-def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_process: bool = False) -> Any:
+def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_process: bool = False,
+                  engine_address: Any = None) -> Any:
     """The embedded engine (:class:`~.local.LocalBackend`) on ``settings.model`` with the settings' engine
-    options, not started yet."""
+    options, not started yet; ``engine_address``: sharing another backend's engine process (its
+    ``engine_address``) instead of loading the model."""
     from agentr1.core import resolve_model
 
     from .local import LocalBackend
@@ -62,4 +64,4 @@ def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_
                         compile=settings.engine_compile, prefill_budget=settings.prefill_budget, exact=settings.engine_exact,
                         cache_bytes=None if settings.cache_gb is None else int(settings.cache_gb * 2**30),
                         dtype=settings.engine_dtype,
-                        engine_process=engine_process)
+                        engine_process=engine_process, engine_address=engine_address)
