@@ -25,9 +25,9 @@ def requests_sent(monkeypatch):
     sent: list[tuple[str, str, int]] = []
     real = batches_module.arequest
 
-    async def counting(method, path, session=None, json=None):
+    async def counting(method, path, session=None, json=None, url=None):
         sent.append((method, path, len(json)))
-        return await real(method, path, session, json=json)
+        return await real(method, path, session, json=json, url=url)
 
     monkeypatch.setattr(batches_module, "arequest", counting)
     return sent
@@ -117,6 +117,23 @@ def test_a_gateway_that_cannot_be_reached_fails_every_session_of_the_batch(gatew
     finally:
         configure(url)
     assert len(results) == 5 and all(isinstance(r, GatewayUnreachable) for r in results)
+
+
+def test_batches_for_a_named_gateway_open_and_end_there_whatever_is_configured(gateway):
+    """``SessionBatches(gateway_url=...)`` (the trainer's shards): the sessions are opened at that gateway, carry its
+    URL, and end there, while the SDK is configured with another address."""
+    url, store = gateway
+
+    async def main() -> list[str]:
+        batches = SessionBatches(gateway_url=url)
+        return await asyncio.gather(*(_agent(batches, i) for i in range(6)))
+
+    configure("http://127.0.0.1:9")  # nothing listens there
+    try:
+        ids = asyncio.run(main())
+    finally:
+        configure(url)
+    assert [store.get_session(sid).status for sid in ids] == ["finished"] * 6
 
 
 def test_an_answer_that_does_not_match_the_list_fails_its_sessions_instead_of_hanging(gateway):
