@@ -12,11 +12,10 @@ import httpx
 import pytest
 
 from agentr1.store import TraceStore
-from agentr1.trainer.config import AgentConfig, JobConfig
+from agentr1.trainer import serving
+from agentr1.trainer.config import JobConfig
 from agentr1.trainer.rollout import AgentRunner, collect
 from agentr1.trainer.serving import start_serving
-
-pytestmark = pytest.mark.slow  # an engine process and two gateway processes, each importing torch
 
 
 def calls_served(url: str) -> int:
@@ -24,6 +23,7 @@ def calls_served(url: str) -> int:
     return int(re.search(r"^agentr1_calls_total (\d+)", text, re.M).group(1))
 
 
+@pytest.mark.slow  # an engine process and two gateway processes, each importing torch
 @pytest.mark.timeout(600)
 def test_a_rollout_is_served_by_two_gateway_processes_sharing_the_engine(tmp_path, tiny_model_path):
     job = JobConfig.model_validate({
@@ -77,6 +77,12 @@ def test_gateway_processes_are_an_option_of_the_embedded_engine():
     with pytest.raises(ValueError, match="gateway_processes is an option of the embedded engine"):
         JobConfig.model_validate({"actor_rollout_ref": {"model": "m", "rollout": {
             "name": "sglang", "urls": ["http://127.0.0.1:1"], "gateway_processes": 2}}})
-    with pytest.raises(ValueError):
-        AgentConfig.model_validate({"entrypoint": "e2e_agent:solve"}) and JobConfig.model_validate(
-            {"actor_rollout_ref": {"model": "m", "rollout": {"gateway_processes": 0}}})
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        JobConfig.model_validate({"actor_rollout_ref": {"model": "m", "rollout": {"gateway_processes": 0}}})
+
+
+@pytest.mark.parametrize(("cores", "engine_process", "expected"),
+                         [(16, True, 4), (64, True, 4), (8, True, 2), (2, True, 1), (None, True, 1), (64, False, 1)])
+def test_unset_gateway_processes_follow_the_engine_process_and_the_cores(monkeypatch, cores, engine_process, expected):
+    monkeypatch.setattr(serving.os, "cpu_count", lambda: cores)
+    assert serving.default_gateway_processes(engine_process) == expected

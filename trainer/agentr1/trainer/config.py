@@ -241,8 +241,9 @@ class RolloutConfig(_Strict):
     # name local: gateway processes serving the rollout's sessions, sharing the engine process (1: the trainer's own
     # gateway alone). Each takes a share of the sessions' HTTP, rendering and recording work off the one event
     # loop (agentr1.gateway.GatewayShards; docs/benchmarks.md, "Session 19"); more than 1 runs the engine in a
-    # process of its own
-    gateway_processes: int = Field(1, ge=1, le=64)
+    # process of its own. None: agentr1.trainer.serving.default_gateway_processes (4 on a GPU with 16 cores, 1 on
+    # the CPU)
+    gateway_processes: int | None = Field(None, ge=1, le=64)
     max_staleness: int = 0  # train on sessions at most this many policy versions old
     # steps sampled at another temperature / top_p than above (agentr1.trainer.groups.check_sampling)
     sampling_check: Literal["error", "warn", "off"] = "error"

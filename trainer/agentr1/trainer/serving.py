@@ -38,7 +38,7 @@ from agentr1.gateway import EmbeddedGateway, GatewaySettings, GatewayShards
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
 
-__all__ = ["Serving", "engine_in_process", "gateway_settings", "start_serving"]
+__all__ = ["Serving", "default_gateway_processes", "engine_in_process", "gateway_settings", "start_serving"]
 
 log = logging.getLogger("agentr1.trainer.serving")
 
@@ -158,11 +158,12 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
     local = cfg.actor_rollout_ref.rollout.name == "local"
     settings = gateway_settings(cfg, model=serve_from if local else model_path, run_id=run_id, log_dir=log_dir)
     backend = None
-    shards = cfg.actor_rollout_ref.rollout.gateway_processes
+    shards = 1
     if local:
         from agentr1.gateway.backends import local_backend
 
         separate = engine_in_process(settings.device) if engine_process is None else engine_process
+        shards = cfg.actor_rollout_ref.rollout.gateway_processes or default_gateway_processes(separate)
         if shards > 1 and not separate:
             log.info("rollout.gateway_processes=%d: the engine runs in a process of its own, shared by them", shards)
         backend = local_backend(settings, policy_version=policy_version, engine_process=separate or shards > 1)
@@ -175,6 +176,16 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
             serving.close()
             raise
     return serving
+
+
+def default_gateway_processes(engine_process: bool) -> int:
+    """``rollout.gateway_processes`` when the job leaves it unset: with the engine in a process of its own (a GPU),
+    one gateway process per 4 cores up to 4 (on the H200's 16 cores 4 took a calculator rollout from 0.56-0.62 to
+    0.66-0.67 of the engine's own speed, docs/benchmarks.md "Session 19"); else 1 (on the CPU the engine needs the
+    cores)."""
+    if not engine_process:
+        return 1
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def engine_in_process(device: str) -> bool:
