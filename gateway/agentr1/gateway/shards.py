@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -105,6 +108,15 @@ def _wait_ready(process: Any, url: str, deadline: float) -> None:
     raise TimeoutError(f"gateway shard {process.name} was not ready at {url} in time")
 
 
+def _stop_with_parent() -> None:
+    """Stop this shard (gracefully, as SIGTERM does) once the process that started it is gone, killed included: a
+    gateway whose trainer and engine are gone serves nothing."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        parent.join()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def serve_shard(values: dict[str, Any], engine_address: Any, port: int) -> None:
     """A shard's main: the gateway app on ``values`` (GatewaySettings' fields) with a backend sharing the engine at
     ``engine_address``, under uvicorn on ``port`` until SIGTERM."""
@@ -116,6 +128,7 @@ def serve_shard(values: dict[str, Any], engine_address: Any, port: int) -> None:
     from agentr1.gateway.server import uvicorn_options
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    threading.Thread(target=_stop_with_parent, name="agentr1-shard-parent", daemon=True).start()
     settings = GatewaySettings(**values)
     backend = local_backend(settings, engine_address=engine_address)
     app = create_app(settings, backend=backend, owns_backend=True)

@@ -113,6 +113,7 @@ class _Clients:
         self.listener = Listener(os.path.join(self.folder, "socket"), family="AF_UNIX", authkey=authkey)
         self.peers: list[_Peer] = []
         self._lock = threading.Lock()
+        self._closed = False
         threading.Thread(target=self._accept, name="agentr1-engine-accept", daemon=True).start()
 
     @property
@@ -124,7 +125,7 @@ class _Clients:
             try:
                 conn = self.listener.accept()
             except (OSError, EOFError, AuthenticationError):  # closed, or a connection with the wrong key
-                if self.listener._listener is None:  # (closed)
+                if self._closed:
                     return
                 continue
             peer = _Peer(conn, self.backend)
@@ -165,6 +166,7 @@ class _Clients:
                             VERSION_SEEN_TIMEOUT_S)
 
     def close(self) -> None:
+        self._closed = True
         self.listener.close()
         with self._lock:
             peers = list(self.peers)

@@ -192,13 +192,17 @@ class EngineProcess(EngineLink):
     def update_weights(self, tensors: Mapping[str, Any], version: int) -> None:
         """Copy ``tensors`` into the child's model (it waits for the rows running there, its clients' too);
         raises what the child raised."""
+        if not self.alive():
+            raise BackendUnavailable("the engine process has stopped", retry_after=5.0)
         self._send(("weights", pack(tensors), version))
         reply = self._replies["weights"].get()
         if reply[0] != "ok":
             raise ValueError(reply[1]) if reply[0] == "invalid" else _error_of(*reply[1:])
 
     def refresh_stats(self) -> None:
-        """The child's counters now (rows its clients ran included) into ``stats``."""
+        """The child's counters now (rows its clients ran included) into ``stats``; as they were if it has stopped."""
+        if not self.alive():
+            return
         try:
             self._send(("stats",))
         except (OSError, ValueError):
@@ -300,7 +304,7 @@ def unpack(packed: tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ..
     return out
 
 
-def feed(backend: Any, remote: EngineProcess) -> None:
+def feed(backend: Any, remote: EngineLink) -> None:
     """The parent's worker (instead of the engine loop): send queued rows to the child unless paused;
     ``backend._idle`` is set while nothing is queued for sending or in flight in the child."""
     cv = backend._cv
