@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from openai import APIConnectionError, AsyncOpenAI
 
@@ -45,7 +46,7 @@ async def agent(index: int, url: str, deadline: float, rng: random.Random) -> tu
             # generous timeouts: on a shared 2-core machine this process's own event loop can lag for
             # seconds, and a 5 s connect timeout then fires in the client after the kernel had connected
             client = AsyncOpenAI(base_url=created["base_url"], api_key="none", max_retries=0,
-                                 timeout=httpx.Timeout(120.0, connect=60.0))
+                                 timeout=openai.Timeout(120.0, connect=60.0))  # (openai 3.x: httpx2's type)
             messages: list[dict[str, str]] = []
             for call in range(CALLS_PER_SESSION):
                 if time.monotonic() >= deadline:
