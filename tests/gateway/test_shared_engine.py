@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +30,9 @@ def owner_and_client(tiny_model_path) -> Iterator[tuple[LocalBackend, LocalBacke
     run(client.start())
     yield owner, client
     run(client.close())
+    folder = os.path.dirname(owner.engine_address.path)
     run(owner.close())
+    assert not os.path.exists(folder)  # the socket and its folder are gone with the engine
 
 
 def requests() -> list[GenerateRequest]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import traceback
@@ -167,7 +168,8 @@ class _Clients:
 
     def close(self) -> None:
         self._closed = True
-        self.listener.close()
+        self.listener.close()  # (removes the socket file)
+        shutil.rmtree(self.folder, ignore_errors=True)
         with self._lock:
             peers = list(self.peers)
         for peer in peers:
