@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,13 @@ import torch
 
 from ._admission import BURST_MAX_S, BURST_QUIET_S, AdmissionPolicy
 from ._engine import BatchEngine, EngineStats, Row, end_token_ids, pad_token_id
+from ._requests import check_request
 from ._sink import Sink
 from ._slot_cache import use_grouped_decode_attention
 from ._weights import copy_into, read_safetensors
 from .base import (
     BackendError,
     BackendUnavailable,
-    ContextLengthExceeded,
     GenerateRequest,
     GenerateResult,
     StreamDelta,
@@ -64,9 +65,6 @@ from .base import (
 __all__ = ["EngineStats", "LocalBackend"]
 
 log = logging.getLogger(__name__)
-
-MAX_TOP_LOGPROBS = 20
-
 
 def _pick_device(device: str) -> torch.device:
     if device == "auto":
@@ -315,27 +313,8 @@ class LocalBackend:
 
     def validate(self, request: GenerateRequest) -> None:
         """Raise ValueError (ContextLengthExceeded for length) for requests the engine cannot run."""
-        ids, p = request.prompt_ids, request.sampling
-        if not ids:
-            raise ValueError("the prompt is empty: at least one token is needed")
-        if any((not isinstance(t, int)) or t < 0 or t >= self.vocab_size for t in ids):
-            raise ValueError(f"prompt token ids must be integers in [0, {self.vocab_size})")
-        if p.max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
-        if len(ids) + p.max_new_tokens > self.max_context:
-            raise ContextLengthExceeded(len(ids), p.max_new_tokens, self.max_context)
-        if p.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0 < p.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if p.top_k < 0:
-            raise ValueError("top_k must be >= 0 (0 = disabled)")
-        if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
-            raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]")
-        if request.multimodal is not None and not self.accepts_images:
-            raise ValueError(f"{self.model_name} is a text model: it takes no images")
-        if request.multimodal is None and self.image_token_id is not None and self.image_token_id in ids:
-            raise ValueError("the prompt holds image tokens but the request carries no images")
+        check_request(request, vocab_size=self.vocab_size, max_context=self.max_context, model_name=self.model_name,
+                      image_token_id=self.image_token_id)
 
     def _row_grammar(self, request: GenerateRequest) -> Any:
         """The request's grammar matcher (compiled once per spec; compiling takes up to seconds, off the loop)."""
@@ -397,15 +376,9 @@ class LocalBackend:
 
     async def update_weights_from_tensors(self, tensors: Mapping[str, torch.Tensor]) -> int:
         """Same as :meth:`update_weights` with tensors in memory (an in-process trainer)."""
-        with self._cv:
-            self._updating += 1
-        try:
+        with self._holding_new_rows():
             await self._wait_idle()
             return await asyncio.to_thread(self._load_tensors, tensors)
-        finally:
-            with self._cv:
-                self._updating -= 1
-                self._cv.notify_all()
 
     def _load_tensors(self, tensors: Mapping[str, torch.Tensor]) -> int:
         version = self._policy_version + 1
@@ -433,11 +406,17 @@ class LocalBackend:
     def load_weights_when_idle(self, tensors: Mapping[str, torch.Tensor], version: int) -> None:
         """:meth:`load_weights` once the rows running now have finished, holding new ones back meanwhile (the
         engine process: its clients' rows are not paused by the owner)."""
+        with self._holding_new_rows():
+            self._idle.wait()
+            self.load_weights(tensors, version)
+
+    @contextlib.contextmanager
+    def _holding_new_rows(self) -> Iterator[None]:
+        """No new rows are admitted inside (a weight update): they wait in the queue until it ends."""
         with self._cv:
             self._updating += 1
         try:
-            self._idle.wait()
-            self.load_weights(tensors, version)
+            yield
         finally:
             with self._cv:
                 self._updating -= 1
