@@ -8,12 +8,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from agentr1.store import migrate as migrations
-from agentr1.store.arrays import encode_ids
 from agentr1.store.blobs import ImageStore, externalize_images
 from agentr1.store.engine import create_store_engine
 from agentr1.store.errors import (
@@ -46,17 +45,8 @@ from agentr1.store.session_writes import (
     new_id,
     session_rows,
 )
+from agentr1.store.step_writes import attach_feedback, insert_steps
 from agentr1.store.writes import Writes
-
-_STEPS = StepRow.__table__
-# The gateway's write path (append_steps, attach_feedback) runs these prebuilt Core statements on one
-# connection: building statements and an ORM session per commit cost more CPU than the SQL itself.
-_INSERT_STEPS = insert(_STEPS)
-_ATTACH_FEEDBACK = (
-    update(_STEPS)
-    .where(_STEPS.c.session_id == bindparam("b_session"), _STEPS.c.index == bindparam("b_index"))
-    .values(feedback_messages=bindparam("b_messages"), feedback_ids=bindparam("b_ids"))
-)
 
 
 class TraceStore:
@@ -325,9 +315,8 @@ class TraceStore:
                     for fb in feedback]
 
         def write(conn: Connection) -> None:
-            if rows:
-                conn.execute(_INSERT_STEPS, rows)
-            self._attach_many(conn, feedback)
+            insert_steps(conn, rows)
+            attach_feedback(conn, feedback)
 
         try:
             done, _ = self._writes.transaction(write, wait=wait)
@@ -371,22 +360,7 @@ class TraceStore:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         messages = externalize_images(messages, self.images)
         record = FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)
-        self._writes.transaction(lambda conn: self._attach_many(conn, [record]), wait=True)
-
-    @staticmethod
-    def _attach_many(conn: Connection, feedback: Sequence[FeedbackRecord]) -> None:
-        """One executemany for all feedback, in the caller's transaction."""
-        if not feedback:
-            return
-        rows = [{"b_session": fb.session_id, "b_index": fb.index, "b_messages": fb.messages,
-                 "b_ids": encode_ids(fb.ids)} for fb in feedback]
-        result = conn.execute(_ATTACH_FEEDBACK, rows)
-        if result.rowcount != len(rows):  # find the step that is missing, for a useful error
-            for fb in feedback:
-                found = conn.scalar(select(_STEPS.c.id).where(_STEPS.c.session_id == fb.session_id,
-                                                              _STEPS.c.index == fb.index))
-                if found is None:
-                    raise UnknownStep(fb.session_id, fb.index)
+        self._writes.transaction(lambda conn: attach_feedback(conn, [record]), wait=True)
 
     # -- rewards -----------------------------------------------------------------------------
 
