@@ -198,26 +198,25 @@ class LoopMonitor:
         return {"wall_s": round(wall, 3), "loop_busy": round(min(1.0, busy / wall), 2), "gateway_cpu": round(cpu / wall, 2)}
 
 
+def stat_cpu(stat: Path) -> float:
+    """CPU seconds (user + system) in a ``/proc`` ``stat`` file: a process's or a thread's (Linux)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def thread_cpu() -> dict[str, float]:
     """CPU seconds used so far by each live thread of this process, by thread name (Linux)."""
     names = {t.native_id: t.name for t in threading.enumerate()}
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for task in Path("/proc/self/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = stat_cpu(task / "stat")
         except OSError:
             continue
         name = names.get(int(task.name), "native")
         name = "pool" if name.startswith(("ThreadPoolExecutor", "asyncio_")) else name
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[name] = out.get(name, 0.0) + seconds
     return out
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -265,13 +264,13 @@ async def rollout(serving: Any, store: TraceStore, recorder: Recorder, runner: A
     monitor = LoopMonitor(serving.gateway)  # (with shards the loop that serves the calls is another process's)
     if not shards:
         await monitor.start()
-    shard_cpu = [process_cpu(p.pid) for p in shards]
+    shard_cpu = [stat_cpu(Path(f"/proc/{p.pid}/stat")) for p in shards]
     started, wall_started = time.perf_counter(), time.time()
     report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=len(tasks) * n,
                            switch_interval_s=switch_interval_s)
     ended = time.perf_counter()
     monitor.stop()
-    shard_cpu = [round(process_cpu(p.pid) - before, 2) for p, before in zip(shards, shard_cpu, strict=True)]
+    shard_cpu = [round(stat_cpu(Path(f"/proc/{p.pid}/stat")) - before, 2) for p, before in zip(shards, shard_cpu, strict=True)]
     if shards:
         recorder.load_steps(store, report.sessions, started - wall_started)
     timeline = {**recorder.timeline(started, ended), **session_times(store, report.sessions, wall_started)}
