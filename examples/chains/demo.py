@@ -107,28 +107,55 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
 
 
-def _episode_stats(db_path: Path, step: str) -> dict[str, Any]:
-    """Success, tool calls and model calls per episode of one evaluation of the RL run, from the traces."""
-    proc = subprocess.run([sys.executable, "scripts/gpu/episode_stats.py", str(db_path), "*-eval", "--step", step],
-                          cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+def _episode_stats(db_path: Path, step: str, decoding: str) -> dict[str, Any]:
+    """Success, tool calls and model calls per episode of one evaluation pass (greedy or sampled) of the RL run,
+    from the traces."""
+    proc = subprocess.run([sys.executable, "scripts/gpu/episode_stats.py", str(db_path), "*-eval", "--step", step,
+                           "--pass", decoding], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def summarize(out: Path) -> dict[str, Any]:
-    """before -> after from the RL run's metrics and its evaluation episodes in the store."""
+    """before -> after, greedy and sampled, from the RL run's metrics and its evaluation episodes in the store."""
     history = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    evals = [(h["step"], h["success/val"]) for h in history if h.get("success/val") is not None]
-    (first_step, before), (last_step, after) = evals[0], evals[-1]
-    return {
-        "before": before, "after": after, "evaluations": evals,
-        "before_episodes": _episode_stats(out / "traces.db", str(first_step)),
-        "after_episodes": _episode_stats(out / "traces.db", str(last_step)),
-        "train_success": [h.get("success/train") for h in history if "success/train" in h],
-        "rl_steps": last_step,
-        "engine_dtype": json.loads((out / "rl" / "config.json").read_text())["actor_rollout_ref"]["rollout"]["engine_dtype"],
-        "checkpoint": str(_latest(out / "rl")),
-        "curves": str(out / "rl" / "curves.png"), "sft_curves": str(out / "sft" / "curves.png"),
-    }
+    evals = [h for h in history if h.get("success/val") is not None or h.get("success/val_greedy") is not None]
+    first, last = evals[0], evals[-1]
+    summary: dict[str, Any] = {"rl_steps": last["step"], "evaluations": evals}
+    for decoding, key in (("greedy", "success/val_greedy"), ("sampled", "success/val")):
+        if key in first:
+            summary[decoding] = {
+                "before": first[key], "after": last[key],
+                "before_episodes": _episode_stats(out / "traces.db", str(first["step"]), decoding),
+                "after_episodes": _episode_stats(out / "traces.db", str(last["step"]), decoding)}
+    protocol = [k for k in last if k.startswith("val-core/") and "/ci_" not in k]
+    summary["protocol_before"] = {k: first[k] for k in protocol if k in first}
+    summary["protocol_after"] = {k: last[k] for k in protocol}
+    config = json.loads((out / "rl" / "config.json").read_text())
+    summary.update(
+        train_success=[h.get("success/train") for h in history if "success/train" in h],
+        engine_dtype=config["actor_rollout_ref"]["rollout"]["engine_dtype"],
+        val_kwargs=config["actor_rollout_ref"]["rollout"]["val_kwargs"],
+        checkpoint=str(_latest(out / "rl")), curves=str(out / "rl" / "curves.png"),
+        sft_curves=str(out / "sft" / "curves.png"))
+    return summary
+
+
+def _lines(summary: dict[str, Any], demos: int) -> str:
+    """The before -> after lines of the summary, one pair per decoding."""
+    titles = {"greedy": "greedy (temperature 0)", "sampled": "sampled (temperature of the rows, one sample each)"}
+    text = []
+    for decoding in ("greedy", "sampled"):
+        if decoding not in summary:
+            continue
+        part = summary[decoding]
+        b, a = part["before_episodes"], part["after_episodes"]
+        n = b["sessions"]
+        text.append(f"  {titles[decoding]}:")
+        for label, value, eps in ((f"after the warm start ({demos} demos)", part["before"], b),
+                                  (f"after {summary['rl_steps']} GRPO steps", part["after"], a)):
+            text.append(f"    {label:<32} {round(value * n)}/{n} ({value:.0%}), {eps['tool_calls_per_episode']:.1f} "
+                        f"tool calls and {eps['steps_per_episode']:.1f} model calls per episode")
+    return "\n".join(text)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -139,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sft-batch", type=int, default=2, help="demonstrations per SFT optimizer step")
     parser.add_argument("--sft-lr", type=float, default=5e-5)
     parser.add_argument("--rl-steps", type=int, default=3)
-    parser.add_argument("--val", type=int, default=32, help="held-out chains (one sample each)")
+    parser.add_argument("--val", type=int, default=32, help="held-out chains (a greedy run and one sample each)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
@@ -178,17 +205,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    cpu_s=round(_cpu_s(), 1), stages=stages,
                    peak_rss_gb=round(_peak_rss_gb(), 2), load_average=os.getloadavg(), db=db)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    b, a = summary["before_episodes"], summary["after_episodes"]
-    n = b["sessions"]
+    run_id = next(summary[d]["before_episodes"]["run_id"] for d in ("greedy", "sampled") if d in summary)
     print(f"""
 == summary ({summary['wall_s'] / 60:.1f} min, peak memory {summary['peak_rss_gb']:.1f} GB)
-held-out success on {n} chains the policy never trained on (temperature 1, one sample each):
-  after the warm start ({args.demos} demos)  {round(b['success'] * n)}/{n} ({summary['before']:.0%}), \
-{b['tool_calls_per_episode']:.1f} tool calls and {b['steps_per_episode']:.1f} model calls per episode
-  after {summary['rl_steps']} GRPO steps          {round(a['success'] * n)}/{n} ({summary['after']:.0%}), \
-{a['tool_calls_per_episode']:.1f} tool calls and {a['steps_per_episode']:.1f} model calls per episode
+held-out success on chains the policy never trained on, before and after RL, under the same decoding:
+{_lines(summary, args.demos)}
 curves      {summary['curves']} (RL), {summary['sft_curves']} (SFT)
-traces      {out / 'traces.db'}   (runs chains-demos, {b['run_id']} and its training run)
+traces      {out / 'traces.db'}   (runs chains-demos, {run_id} and its training run)
 checkpoint  {summary['checkpoint']}
 look at them: .venv/bin/agentr1 view --db {db} --runs-dir {out}
 all numbers: {out / 'summary.json'}""", flush=True)

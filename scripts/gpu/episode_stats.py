@@ -1,11 +1,12 @@
 """Episode statistics of one stored run (an evaluation): success, episode length, tool calls.
 
-Usage: python scripts/gpu/episode_stats.py DB RUN_ID [OUT.json] [--step last|N]
+Usage: python scripts/gpu/episode_stats.py DB RUN_ID [OUT.json] [--step last|N] [--pass greedy|sampled]
   DB       the trace store (SQLite path or URL)
   RUN_ID   the run whose sessions are the episodes (`agentr1 eval --run-id`, or a training run's
            `<run id>-eval`, whose sessions carry the training step in metadata["step"]); "*-eval": the one run
            of the store whose id ends with "-eval"
   --step   only the sessions of that evaluation step ("last": the latest one)
+  --pass   only the evaluation protocol's greedy or sampled runs (their groups are <run>/step<N>/<pass>/<task>)
 
 Prints (and writes to OUT.json) a JSON object: sessions, success (outcome reward > 0), steps per episode
 (model calls), tool calls per episode and per successful episode, the share of episodes with a tool call, the share of steps the environment
@@ -21,7 +22,7 @@ from typing import Any
 from agentr1.store import TraceStore
 
 
-def episode_stats(db: str, run_id: str, step: str | None = None) -> dict[str, Any]:
+def episode_stats(db: str, run_id: str, step: str | None = None, decoding: str | None = None) -> dict[str, Any]:
     with TraceStore.open(db) as store:
         if run_id.startswith("*"):
             matches = [r.id for r in store.list_runs(limit=10_000) if r.id.endswith(run_id[1:])]
@@ -35,12 +36,14 @@ def episode_stats(db: str, run_id: str, step: str | None = None) -> dict[str, An
             steps = sorted({int(s.metadata.get("step", -1)) for s in summaries})
             chosen = steps[-1] if step == "last" else int(step)
             summaries = [s for s in summaries if int(s.metadata.get("step", -1)) == chosen]
+        if decoding is not None:
+            summaries = [s for s in summaries if f"/{decoding}/" in (s.group_id or "")]
         sessions = [store.get_session(s.id) for s in summaries]
     won = [s for s in sessions if (s.reward or 0.0) > 0]
     calls = {s.id: sum(len(st.action.get("tool_calls") or []) for st in s.steps) for s in sessions}
     all_steps = [st for s in sessions for st in s.steps]
     n = max(1, len(sessions))
-    return {"run_id": run_id, "step": step, "sessions": len(sessions), "success": len(won) / n,
+    return {"run_id": run_id, "step": step, "pass": decoding, "sessions": len(sessions), "success": len(won) / n,
             "steps_per_episode": sum(len(s.steps) for s in sessions) / n,
             "tool_calls_per_episode": sum(calls.values()) / n,
             "episodes_with_tool_calls": sum(c > 0 for c in calls.values()) / n,
@@ -49,14 +52,19 @@ def episode_stats(db: str, run_id: str, step: str | None = None) -> dict[str, An
             "unfinished_sessions": sum(s.status != "finished" for s in sessions)}
 
 
+def _option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    if name not in argv:
+        return None, argv
+    i = argv.index(name)
+    return argv[i + 1], argv[:i] + argv[i + 2:]
+
+
 def main(argv: list[str]) -> None:
-    step = None
-    if "--step" in argv:
-        i = argv.index("--step")
-        step, argv = argv[i + 1], argv[:i] + argv[i + 2:]
-    if len(argv) not in (2, 3):
+    step, argv = _option(argv, "--step")
+    decoding, argv = _option(argv, "--pass")
+    if len(argv) not in (2, 3) or decoding not in (None, "greedy", "sampled"):
         raise SystemExit(__doc__)
-    stats = episode_stats(argv[0], argv[1], step)
+    stats = episode_stats(argv[0], argv[1], step, decoding)
     text = json.dumps(stats)
     print(text)
     if len(argv) == 3:

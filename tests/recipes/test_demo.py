@@ -1,6 +1,7 @@
 """The README's main job (``scripts/demo`` -> ``python -m examples.chains.demo``) at its real size, with
-the real SmolLM2: held-out success at least doubles from a non-zero start on >= 32 held-out chains,
-successful episodes use the calculator on every step, and peak memory stays under 6 GB. The numbers
+the real SmolLM2: on >= 64 held-out chains, greedy success rises by >= 10 points and sampled success (temperature 1,
+one sample each) at least doubles from a non-zero start; successful episodes use the calculator on every step, and
+peak memory stays under 6 GB. The numbers
 are read from the run's own files (``summary.json``, the RL run's ``metrics.jsonl``, the trace store).
 
 The time bar is 10 minutes of wall time on 2 free cores: the test bounds the wall time (600 s, or
@@ -24,26 +25,28 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.demo  # deselected by default: it alone would take most of the suite's 30 minutes (pyproject.toml)
 @pytest.mark.timeout(3600)
-def test_the_demo_doubles_held_out_success_within_the_laptop_budget(tmp_path):
+def test_the_demo_raises_greedy_and_sampled_success_within_the_laptop_budget(tmp_path):
     out = tmp_path / "demo"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.run([sys.executable, "-m", "examples.chains.demo", "--out", str(out)], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    print(json.dumps({k: summary[k] for k in ("before", "after", "wall_s", "cpu_s", "peak_rss_gb", "load_average")}))
+    print(json.dumps({k: summary[k] for k in ("greedy", "sampled", "wall_s", "cpu_s", "peak_rss_gb", "load_average")}))
     # the summary is what the run recorded, not something the driver made up
     history = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
-    evals = [h["success/val"] for h in history if h.get("success/val") is not None]
-    assert [summary["before"], summary["after"]] == [evals[0], evals[-1]] and len(evals) >= 2
-    before, after = summary["before_episodes"], summary["after_episodes"]
-    assert before["sessions"] == after["sessions"] >= 32
-    assert summary["before"] == before["success"] and summary["after"] == after["success"]
-    # the bar: a non-zero start that at least doubles
-    assert summary["before"] > 0, summary
-    assert summary["after"] >= 2 * summary["before"], summary
-    # successes are tool use: two-step chains, one calculator call per step
-    assert after["tool_calls_per_success"] >= 2, after
+    for decoding, key in (("greedy", "success/val_greedy"), ("sampled", "success/val")):
+        evals = [h[key] for h in history if h.get(key) is not None]
+        part = summary[decoding]
+        assert [part["before"], part["after"]] == [evals[0], evals[-1]] and len(evals) >= 2
+        assert part["before_episodes"]["sessions"] == part["after_episodes"]["sessions"] >= 64
+        assert part["before"] == part["before_episodes"]["success"] and part["after"] == part["after_episodes"]["success"]
+    greedy, sampled = summary["greedy"], summary["sampled"]
+    # the bar (issue 44): greedy success rises by 10 points or more, sampled success (T=1) at least doubles
+    assert greedy["after"] >= greedy["before"] + 0.10, summary
+    assert sampled["before"] > 0 and sampled["after"] >= 2 * sampled["before"], summary
+    # successes are tool use: one calculator call per step at least
+    assert greedy["after_episodes"]["tool_calls_per_success"] >= 2, greedy
     assert summary["peak_rss_gb"] < 6.0, summary
     assert summary["cpu_s"] / 2 <= 600, summary  # 10 minutes on 2 cores
     assert "agentr1 view --db" in proc.stdout and Path(summary["checkpoint"]).is_dir()
@@ -64,7 +67,8 @@ def test_the_demo_driver_runs_every_stage_and_summarizes_from_the_run(tmp_path, 
     assert proc.returncode == 0, proc.stdout[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["demos"] == 4 and summary["rl_steps"] == 1
-    assert summary["before_episodes"]["sessions"] == summary["after_episodes"]["sessions"] == 2
+    for decoding in ("greedy", "sampled"):
+        assert summary[decoding]["before_episodes"]["sessions"] == summary[decoding]["after_episodes"]["sessions"] == 2
     assert summary["peak_rss_gb"] > 0 and summary["wall_s"] > 0
     # the RL stage's engine dtype: demo.yaml's bfloat16 where the CPU multiplies it in hardware
     assert summary["engine_dtype"] == ("bfloat16" if cpu_has_bfloat16_matmuls() else "float32")

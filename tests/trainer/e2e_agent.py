@@ -74,3 +74,11 @@ def solve_reporting_the_heap(task: dict) -> float:
 
     solve(task)
     return 1.0 if gc.get_freeze_count() > 0 else 0.0
+
+
+def solve_seeded(task: dict) -> str:
+    """``solve`` with a fixed seed on every call (an agent that asks for reproducible sampling)."""
+    client = openai_client()
+    messages = [{"role": "user", "content": task["question"]}]
+    reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=8, temperature=1.0, seed=11)
+    return reply.choices[0].message.content or ""

@@ -11,7 +11,7 @@ import pytest
 
 from agentr1.sdk.failures import failure_kind_of_error
 from agentr1.store import TraceStore
-from agentr1.trainer.config import AgentConfig, JobConfig
+from agentr1.trainer.config import AgentConfig, JobConfig, ValidationSampling
 from agentr1.trainer.evaluate import evaluate_checkpoint
 from agentr1.trainer.rollout import AgentRunner, collect
 
@@ -32,7 +32,8 @@ def test_an_evaluation_runs_its_sessions_in_two_worker_processes(tmp_path, tiny_
         "actor_rollout_ref": {"model": str(tiny_model_path), "rollout": {"max_concurrency": 8}},
         "trainer": {"device": "cpu"},
     })
-    result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
+    result = asyncio.run(evaluate_checkpoint(job, None, split="val", protocol=ValidationSampling(greedy=False, n=2),
+                                             run_id="ev-run"))
     assert (result["tasks"], result["samples"], result["failed"]) == (4, 8, 0)
     with TraceStore.open(job.db) as store:
         sessions = [store.get_session(s.id) for s in store.list_sessions("ev-run")]

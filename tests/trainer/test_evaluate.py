@@ -11,7 +11,7 @@ import pytest
 from agentr1.sdk import GatewayTimeout
 from agentr1.sdk.failures import failure_error_text
 from agentr1.store import SessionRecord, TraceStore
-from agentr1.trainer.config import JobConfig
+from agentr1.trainer.config import JobConfig, ValidationSampling
 from agentr1.trainer.evaluate import evaluate_checkpoint, outcome_metrics
 from agentr1.trainer.rewards import SessionRewards
 
@@ -45,7 +45,8 @@ def eval_job(tmp_path: Path, model: Path, entrypoint: str, *, val_size: int, max
 @pytest.mark.timeout(600)
 def test_evaluate_checkpoint_serves_scores_and_records_every_sample(tmp_path: Path, tiny_model_path: Path):
     job = eval_job(tmp_path, tiny_model_path, "e2e_agent:solve", val_size=2, max_concurrency=4)
-    result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
+    result = asyncio.run(evaluate_checkpoint(job, None, split="val", protocol=ValidationSampling(greedy=False, n=2),
+                                             run_id="ev-run"))
     assert (result["run_id"], result["tasks"], result["samples"], result["failed"]) == ("ev-run", 2, 4, 0)
     with TraceStore.open(job.db) as store:
         sessions = [store.get_session(s.id) for s in store.list_sessions("ev-run")]
@@ -65,7 +66,8 @@ def test_evaluate_runs_max_concurrency_sync_sessions_at_once(tmp_path: Path, tin
     monkeypatch.setenv("AGENTR1_TEST_PIDS", str(tmp_path / "met"))
     monkeypatch.setenv("AGENTR1_TEST_MEET", "24")
     job = eval_job(tmp_path, tiny_model_path, "e2e_agent:solve_meeting_the_others", val_size=12, max_concurrency=24)
-    result = asyncio.run(evaluate_checkpoint(job, None, split="val", n=2, run_id="ev-run"))
+    result = asyncio.run(evaluate_checkpoint(job, None, split="val", protocol=ValidationSampling(greedy=False, n=2),
+                                             run_id="ev-run"))
     assert (result["samples"], result["failed"]) == (24, 0)
     with TraceStore.open(job.db) as store:
         sessions = [store.get_session(s.id) for s in store.list_sessions("ev-run")]

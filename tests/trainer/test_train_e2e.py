@@ -88,7 +88,9 @@ def test_the_evaluation_before_training_runs_beside_the_first_rollout(tmp_path, 
         evaluations = store.list_sessions(f"{run_id}-eval", limit=100)  # before training, and after its step
         rollout = store.list_sessions(run_id, limit=100)
     evaluation = [s for s in evaluations if s.metadata["step"] == 0]
-    assert len(evaluation) == 6 and len(evaluations) == 12 and len(rollout) == 6
+    # the protocol's default (val_kwargs): a greedy pass and one sample a task
+    assert len(evaluation) == 12 and len(evaluations) == 24 and len(rollout) == 6
+    assert sorted("/greedy/" in s.group_id for s in evaluation) == [False] * 6 + [True] * 6
     assert {s.policy_version for s in evaluation} == {0} and {s.status for s in evaluation} == {"finished"}
     # the two overlapped in time: the first rollout session opened before the last evaluation session ended
     assert min(s.created_at for s in rollout) < max(s.finished_at for s in evaluation)

@@ -8,10 +8,11 @@ from importlib.metadata import version
 import typer
 
 from agentr1.cli.chat import chat
+from agentr1.cli.evaluate import evaluate
 from agentr1.cli.gateway import gateway
 from agentr1.cli.sft import sft
 from agentr1.cli.traces import app as traces_app
-from agentr1.cli.train import evaluate, train
+from agentr1.cli.train import train
 from agentr1.cli.view import view
 
 app = typer.Typer(
@@ -23,7 +24,7 @@ app = typer.Typer(
 app.add_typer(traces_app, name="traces")
 app.command(help="Serve the policy model behind an OpenAI-compatible, trace-recording endpoint.")(gateway)
 app.command(help="Train the policy on the agent's traces (rollout -> reward -> replay -> update).")(train)
-app.command("eval", help="Held-out success of a checkpoint.")(evaluate)
+app.command("eval", help="Evaluate a checkpoint: greedy@1, mean@K, pass@K, maj@K with intervals; --compare A B.")(evaluate)
 app.command(help="Supervised fine-tuning on demonstrations from a trace store (warm start before RL).")(sft)
 app.command(help="Browse traces, task groups and training curves in a local web app.")(view)
 app.command(help="Chat with the policy through a gateway; every turn is a recorded step.")(chat)

@@ -166,6 +166,8 @@ class ModelCall:
     async def prepare(self) -> None:
         """Apply the session's context policy and render the prompt: continue an earlier step of the session
         token for token when the request extends it, or render afresh; check the context length."""
+        if self.state.sampling is not None:  # the session decides the decoding (an evaluation's greedy pass)
+            self.spec.sampling = self.state.sampling.apply(self.spec.sampling)
         if self.external:
             return
         if not self.is_chat:

@@ -24,6 +24,7 @@ from starlette.requests import Request
 
 from agentr1.core.rendering import PreviousTurn, canonical_message
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.sampling_override import SamplingOverride, sampling_override
 from agentr1.store import (
     NewSession,
     SessionEnd,
@@ -65,6 +66,7 @@ class SessionState:
     auto: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # taken by a call to plan its prompt and to record
     in_flight: int = 0  # calls of this session between attribution and their end (streamed ones included)
+    sampling: SamplingOverride | None = None  # how every call of the session is decoded (metadata "sampling")
 
 
 def previous_from_step(step: StepRecord) -> PreviousTurn:
@@ -112,6 +114,7 @@ class SessionRegistry:
     async def create_many(self, sessions: list[NewSession], *, auto: bool = False) -> list[tuple[SessionState, str]]:
         """Create ``sessions`` (run: the default one where none is given) in one store transaction, all or none (a
         409 ``session_exists`` if an id is taken); each one's state and key."""
+        overrides = [sampling_override(s.metadata) for s in sessions]  # a bad one is a 400 before anything is written
         keys = [new_session_key() for _ in sessions]
         hashes = [hash_key(key) for key in keys]
         sessions = [dataclasses.replace(s, run_id=s.run_id or self.default_run, key_hash=digest)
@@ -122,8 +125,8 @@ class SessionRegistry:
         except SessionExists as exc:
             raise APIError(409, str(exc), code="session_exists") from exc
         created = []
-        for sid, session, key, digest in zip(ids, sessions, keys, hashes, strict=True):
-            state = SessionState(id=sid, run_id=session.run_id, status="running", auto=auto)
+        for sid, session, key, digest, override in zip(ids, sessions, keys, hashes, overrides, strict=True):
+            state = SessionState(id=sid, run_id=session.run_id, status="running", auto=auto, sampling=override)
             self._remember(state)
             self._keys[digest] = sid
             created.append((state, key))
@@ -164,6 +167,7 @@ class SessionRegistry:
             last_call=[] if last is None else [last.index],
             recent=[] if last is None else [(last.index, previous_from_step(last))],
             auto=bool(record.metadata.get("auto")),
+            sampling=sampling_override(record.metadata),
         )
         # Another request may have loaded it meanwhile: keep the first so there is one lock.
         existing = self._states.get(session_id)

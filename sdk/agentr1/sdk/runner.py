@@ -52,9 +52,12 @@ def run_command(
     cwd: str | None = None,
     env: dict[str, str] | None = None,
     reward_fn: Callable[[dict[str, Any], RunResult], float | None] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Run ``command`` for one task in its own session; returns what happened."""
-    method, path, _, body = create_call(run_id, task_id or task.get("id"), group_id, {"runner": list(command)})
+    """Run ``command`` for one task in its own session (``metadata``: more of the session's metadata, e.g. the
+    trainer's sample index and an evaluation's sampling override); returns what happened."""
+    method, path, _, body = create_call(run_id, task_id or task.get("id"), group_id,
+                                        {**(metadata or {}), "runner": list(command)})
     session = as_session(request(method, path, json=body))
     task_json = json.dumps(task)
     child_env = {**os.environ, **(env or {}), "OPENAI_BASE_URL": session.base_url, "OPENAI_API_KEY": session.api_key,

@@ -33,6 +33,7 @@ __all__ = [
     "RolloutConfig",
     "StoreSelection",
     "TrainerSection",
+    "ValidationSampling",
     "load_yaml",
 ]
 
@@ -224,6 +225,23 @@ class AlgorithmConfig(_Strict):
     rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
 
 
+class ValidationSampling(_Strict):
+    """How held-out tasks are evaluated (verl's ``rollout.val_kwargs``; the protocol of
+    ``agentr1.trainer.eval_metrics``): a greedy pass (temperature 0, one run a task: ``greedy@1``) and ``n`` sampled
+    runs a task at ``temperature`` (None: as the agent / the task rows ask) for ``mean@n``, ``pass@n``, ``maj@n``.
+    The gateway applies both to every call of the evaluation's sessions, whatever the agent asks."""
+
+    greedy: bool = True
+    n: int = Field(1, ge=0, le=1024)  # 0: no sampled pass
+    temperature: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _runs_something(self) -> ValidationSampling:
+        if not self.greedy and self.n == 0:
+            raise ValueError("val_kwargs: greedy is false and n is 0: the evaluation would run nothing")
+        return self
+
+
 class RolloutConfig(_Strict):
     """Sampling, and where it runs (verl's ``rollout.name``): the embedded engine (``local``) or
     SGLang / vLLM servers behind the trainer's gateway, either running ones (``urls``) or, for
@@ -233,6 +251,7 @@ class RolloutConfig(_Strict):
     n: int = 4
     temperature: float = 1.0
     top_p: float = 1.0
+    val_kwargs: ValidationSampling = Field(default_factory=ValidationSampling)  # held-out evaluation's decoding
     max_concurrency: int = 16
     # the trainer process's GIL switch interval while a rollout runs (None: Python's 5 ms): the embedded
     # gateway's loop gives the GIL up at every socket and SQLite call and waits this long at most to take it back

@@ -2,7 +2,8 @@
 success / reward metrics, for the training loop (train and held-out metrics) and ``agentr1 eval``.
 
 `agentr1 eval` (:func:`evaluate_checkpoint`) serves a checkpoint through an embedded gateway and
-measures held-out success. With ``split="train"`` and ``n`` samples per task it is also how the
+evaluates it under the protocol of ``agentr1.trainer.eval_metrics`` (:func:`run_protocol`: greedy pass@1, and
+mean@K / pass@K / maj@K of K samples a task; the trainer's validation runs the same). With ``split="train"`` and ``n`` samples per task it is also how the
 policy's own rollouts are collected into a store run for rejection sampling / best-of-n SFT
 (``agentr1 sft``)."""
 
@@ -11,19 +12,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.sdk import INFRASTRUCTURE_KINDS, configure, failure_kind_of_error
 from agentr1.store import SessionRecord, TraceStore
-from agentr1.trainer.config import JobConfig
+from agentr1.trainer.config import JobConfig, ValidationSampling
+from agentr1.trainer.eval_metrics import TaskResult, final_answer, protocol_metrics
 from agentr1.trainer.rewards import RewardConfig, SessionRewards
 from agentr1.trainer.rollout import AgentRunner, RolloutReport, collect, use_session_threads
 from agentr1.trainer.scoring import build_reward_fns, score_sessions
 from agentr1.trainer.tasks import load_tasks
 
-__all__ = ["Scored", "Scorer", "evaluate_checkpoint", "outcome_metrics", "run_and_score"]
+__all__ = ["ProtocolRun", "Scored", "Scorer", "evaluate_checkpoint", "outcome_metrics", "run_and_score", "run_protocol",
+           "task_results"]
 
 
 @dataclass
@@ -65,41 +68,133 @@ def outcome_metrics(sessions: Sequence[SessionRecord], rewards: dict[str, Sessio
 
 
 async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, *, n: int, run_id: str,
-                        step: int, max_concurrency: int, switch_interval_s: float | None = None) -> Scored:
-    """``n`` samples of the agent per task (a group per task), then the reward stage over them."""
+                        step: int, max_concurrency: int, switch_interval_s: float | None = None,
+                        sampling: dict[str, Any] | None = None, group_prefix: str | None = None) -> Scored:
+    """``n`` samples of the agent per task (a group per task), then the reward stage over them. ``sampling``: the
+    sessions' sampling override (an evaluation's decoding; :meth:`AgentRunner.run`)."""
     report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=max_concurrency,
-                           switch_interval_s=switch_interval_s)
+                           switch_interval_s=switch_interval_s, sampling=sampling, group_prefix=group_prefix)
     sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, {t["id"]: t for t in tasks})
     return Scored(report, sessions, rewards)
 
 
-async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "val", n: int = 1,
-                              run_id: str | None = None) -> dict[str, Any]:
+@dataclass
+class ProtocolRun:
+    """One policy evaluated under the protocol: every task's outcomes, the metrics, the rollouts."""
+
+    results: list[TaskResult]
+    metrics: dict[str, float]
+    greedy: Scored | None
+    sampled: Scored | None
+
+
+async def run_protocol(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, protocol: ValidationSampling,
+                       *, run_id: str, step: int, max_concurrency: int, source: str,
+                       switch_interval_s: float | None = None) -> ProtocolRun:
+    """The evaluation protocol (``agentr1.trainer.eval_metrics``) on ``tasks``: a greedy pass (temperature 0 on every
+    call, one run a task) and ``protocol.n`` runs a task at ``protocol.temperature`` (None: as the agent asks), each
+    sample with its own seeds; success is a positive outcome. ``source``: the data source name for tasks without a
+    ``data_source`` of their own."""
+    common = dict(run_id=run_id, step=step, max_concurrency=max_concurrency, switch_interval_s=switch_interval_s)
+    greedy = sampled = None
+    if protocol.greedy:
+        greedy = await run_and_score(runner, tasks, scorer, n=1, sampling={"temperature": 0.0},
+                                     group_prefix=f"{run_id}/step{step}/greedy", **common)  # type: ignore[arg-type]
+    if protocol.n:
+        override = {} if protocol.temperature is None else {"temperature": protocol.temperature}
+        sampled = await run_and_score(runner, tasks, scorer, n=protocol.n, sampling=override,
+                                      group_prefix=f"{run_id}/step{step}/sampled", **common)  # type: ignore[arg-type]
+    results = task_results(tasks, greedy, sampled, source=source)
+    return ProtocolRun(results, protocol_metrics(results), greedy, sampled)
+
+
+def task_results(tasks: list[dict[str, Any]], greedy: Scored | None, sampled: Scored | None, *, source: str
+                 ) -> list[TaskResult]:
+    """Each task's greedy success and sampled successes / final answers, in sample order. A session that failed
+    for an infrastructure reason (``outcome_metrics``) counts as no run; any other unfinished one as a failure."""
+    by_id = {str(t["id"]): TaskResult(str(t["id"]), str(t.get("data_source") or source)) for t in tasks}
+    numeric = {str(t["id"]): isinstance(t.get("answer"), int | float) and not isinstance(t.get("answer"), bool)
+               for t in tasks}
+    with_answers = all("answer" in t for t in tasks)
+    for scored, is_greedy in ((greedy, True), (sampled, False)):
+        if scored is None:
+            continue
+        ordered = sorted(scored.sessions, key=lambda s: int((s.metadata or {}).get("sample", 0)))
+        for session in ordered:
+            result = by_id.get(str(session.task_id))
+            if result is None or not _judged(session):
+                continue
+            ok = session.status == "finished" and scored.rewards[session.id].outcome > 0
+            if is_greedy:
+                result.greedy = ok
+                continue
+            result.samples.append(ok)
+            if with_answers:
+                result.answers.append(final_answer(_final_reply(session), numeric=numeric[result.task_id]))
+    return list(by_id.values())
+
+
+def _judged(session: SessionRecord) -> bool:
+    return session.status == "finished" or failure_kind_of_error(session.error) not in INFRASTRUCTURE_KINDS
+
+
+def _final_reply(session: SessionRecord) -> str | None:
+    if session.status != "finished" or not session.steps:
+        return None
+    content = session.steps[-1].action.get("content")
+    return content if isinstance(content, str) else None
+
+
+def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str) -> tuple[Any, GatewaySettings]:
     from agentr1.core import resolve_model
 
-    if job.agent is None:
-        raise ValueError("evaluation needs `agent` in the config")
-    if split not in ("train", "val") or n < 1:
-        raise ValueError(f"split must be 'train' or 'val' and n >= 1, got {split!r}, {n}")
-    tasks = load_tasks(job.data, split)
     model = resolve_model(checkpoint or job.actor_rollout_ref.model)
-    run_id = run_id or f"{job.run_name}-eval-{int(time.time())}"
-    store = TraceStore.open(job.db)
     settings = GatewaySettings(db=job.db, accept_any_model=True, default_run=run_id, model=str(model),
                                device=job.trainer.device, served_model_name="policy")
-    use_session_threads(job.actor_rollout_ref.rollout.max_concurrency)
+    return model, settings
+
+
+async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "val",
+                              protocol: ValidationSampling | None = None, run_id: str | None = None
+                              ) -> dict[str, Any]:
+    """Serve ``checkpoint`` (default: the job's model) through an embedded gateway and evaluate it on the
+    ``split``'s tasks under ``protocol`` (default: a greedy pass and one sample a task as the agent asks).
+    The answer: the model, the store run, counts and the protocol's metrics (``val-core/<source>/acc/...``),
+    plus ``success``/``reward`` of the sampled runs (``success_greedy`` of the greedy pass) and, under
+    ``tasks_detail``, each task's outcomes (for paired comparisons)."""
+    if job.agent is None:
+        raise ValueError("evaluation needs `agent` in the config")
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    protocol = protocol or ValidationSampling()
+    tasks = load_tasks(job.data, split)
+    run_id = run_id or f"{job.run_name}-eval-{int(time.time())}"
+    model, settings = _serve_checkpoint(job, checkpoint, run_id)
+    store = TraceStore.open(job.db)
+    rollout = job.actor_rollout_ref.rollout
+    use_session_threads(rollout.max_concurrency)
     try:
         with EmbeddedGateway(settings, store=store) as gateway:
             configure(gateway.url)
             runner = AgentRunner(job.agent)
             try:
-                scored = await run_and_score(runner, tasks, Scorer.for_job(job, store, run_id), n=n, run_id=run_id,
-                                             step=0, max_concurrency=job.actor_rollout_ref.rollout.max_concurrency,
-                                             switch_interval_s=job.actor_rollout_ref.rollout.switch_interval_s)
+                run = await run_protocol(runner, tasks, Scorer.for_job(job, store, run_id), protocol, run_id=run_id,
+                                         step=0, max_concurrency=rollout.max_concurrency, source=job.run_name,
+                                         switch_interval_s=rollout.switch_interval_s)
             finally:
                 runner.close()
     finally:
         store.close()
-    return {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks),
-            "samples": len(scored.sessions), "failed": scored.report.failed,
-            **outcome_metrics(scored.sessions, scored.rewards, success_key="success", reward_key="reward")}
+    answer: dict[str, Any] = {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks),
+                              "protocol": protocol.model_dump()}
+    if run.sampled is not None:
+        answer.update(samples=len(run.sampled.sessions), failed=run.sampled.report.failed,
+                      **outcome_metrics(run.sampled.sessions, run.sampled.rewards, success_key="success",
+                                        reward_key="reward"))
+    if run.greedy is not None:
+        answer.update(greedy_failed=run.greedy.report.failed,
+                      **outcome_metrics(run.greedy.sessions, run.greedy.rewards, success_key="success_greedy",
+                                        reward_key="reward_greedy"))
+    answer.update(run.metrics)
+    answer["tasks_detail"] = [asdict(r) for r in run.results]
+    return answer

@@ -26,7 +26,7 @@ from agentr1.trainer.batch import BatchConfig, build_rows
 from agentr1.trainer.checkpoints import TrainerState, latest_checkpoint, save_checkpoint
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.distill import build_distiller
-from agentr1.trainer.evaluate import Scorer, outcome_metrics, run_and_score
+from agentr1.trainer.evaluate import Scorer, outcome_metrics, run_protocol
 from agentr1.trainer.groups import GroupCompleter
 from agentr1.trainer.offline import OfflineSource, OfflineSteps
 from agentr1.trainer.rewards import SessionRewards
@@ -207,14 +207,24 @@ class Trainer:
             save_checkpoint(self.out_dir, self.engine, self.state)
 
     async def evaluate(self) -> dict[str, float]:
-        """Held-out success: one sample per validation task with the current policy."""
+        """Held-out metrics of the current policy under the evaluation protocol (``rollout.val_kwargs``: a greedy
+        pass and n samples a task): ``val-core/<source>/acc/...`` (greedy@1, mean@n, pass@n, maj@n with their
+        intervals), ``success/val`` and ``reward/val`` of the sampled runs, ``success/val_greedy`` of the greedy."""
+        rollout = self.config.actor_rollout_ref.rollout
         self.tracker.status(f"evaluating on {len(self.val_tasks)} held-out tasks")
         assert self.runner is not None
-        scored = await run_and_score(self.runner, self.val_tasks, self.scorer, n=1, run_id=f"{self.state.run_id}-eval",
-                                     step=self.state.step,
-                                     max_concurrency=self.config.actor_rollout_ref.rollout.max_concurrency,
-                                     switch_interval_s=self.config.actor_rollout_ref.rollout.switch_interval_s)
-        return outcome_metrics(scored.sessions, scored.rewards, success_key="success/val", reward_key="reward/val")
+        run = await run_protocol(self.runner, self.val_tasks, self.scorer, rollout.val_kwargs,
+                                 run_id=f"{self.state.run_id}-eval", step=self.state.step,
+                                 max_concurrency=rollout.max_concurrency, source=self.config.run_name,
+                                 switch_interval_s=rollout.switch_interval_s)
+        metrics = dict(run.metrics)
+        if run.sampled is not None:
+            metrics.update(outcome_metrics(run.sampled.sessions, run.sampled.rewards, success_key="success/val",
+                                           reward_key="reward/val"))
+        if run.greedy is not None:
+            metrics.update(outcome_metrics(run.greedy.sessions, run.greedy.rewards, success_key="success/val_greedy",
+                                           reward_key="reward/val_greedy"))
+        return metrics
 
     # -- save / cleanup -----------------------------------------------------------------------
 

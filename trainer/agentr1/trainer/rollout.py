@@ -32,6 +32,8 @@ from agentr1.trainer.tasks import load_callable
 
 log = logging.getLogger("agentr1.trainer.rollout")
 
+SAMPLE_SEED_STRIDE = 7_919_003  # a task's k-th sample runs under seed_offset k * this (agentr1.gateway.sampling_override)
+
 
 @dataclass(frozen=True)
 class UnopenedSession:
@@ -105,12 +107,18 @@ class AgentRunner:
             self.workers.close()
 
     async def run(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int, step: int,
-                  report: RolloutReport) -> None:
-        """One session of the agent on ``task``, counted into ``report``."""
-        if self.config.command is not None:
-            await self._run_command(task, run_id=run_id, group_id=group_id, sample=sample, report=report)
-            return
+                  report: RolloutReport, sampling: dict[str, Any] | None = None) -> None:
+        """One session of the agent on ``task``, counted into ``report``. ``sampling``: how the gateway decodes
+        every call of the session, whatever the agent asks (``agentr1.gateway.sampling_override``: an evaluation's
+        ``{"temperature": 0}``); the ``sample``-th sample of a task gets its own ``seed_offset``, so seeded agents'
+        samples differ."""
         metadata: dict[str, Any] = {"step": step, "sample": sample}
+        if sampling is not None:
+            metadata["sampling"] = {**sampling, "seed_offset": sample * SAMPLE_SEED_STRIDE}
+        if self.config.command is not None:
+            await self._run_command(task, run_id=run_id, group_id=group_id, sample=sample, report=report,
+                                    metadata=metadata)
+            return
         if self.config.context is not None:  # the gateway applies it to every call of the session
             metadata["context"] = self.config.context
         loop = asyncio.get_running_loop()
@@ -150,11 +158,11 @@ class AgentRunner:
         return SessionOutcome("finished", reward=float(result) if number else None)
 
     async def _run_command(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int,
-                           report: RolloutReport) -> None:
+                           report: RolloutReport, metadata: dict[str, Any]) -> None:
         assert self.config.command is not None
         try:  # run_command opens the session first: an error before the command ran is that
             result = await asyncio.to_thread(run_command, self.config.command, task, timeout_s=self.config.timeout_s,
-                                             task_id=task["id"], group_id=group_id, run_id=run_id)
+                                             task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata)
         except Exception as exc:
             self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
             return
@@ -181,17 +189,21 @@ class AgentRunner:
 
 async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, run_id: str, step: int,
                   max_concurrency: int, on_done: Callable[[], None] | None = None,
-                  switch_interval_s: float | None = None) -> RolloutReport:
+                  switch_interval_s: float | None = None, sampling: dict[str, Any] | None = None,
+                  group_prefix: str | None = None) -> RolloutReport:
     """Run ``n`` samples of every task, at most ``max_concurrency`` at a time. ``switch_interval_s``: this process's
-    GIL switch interval while they run (``agentr1.core.gil_switch_interval``; None: Python's)."""
+    GIL switch interval while they run (``agentr1.core.gil_switch_interval``; None: Python's). ``sampling``: the
+    sessions' sampling override (:meth:`AgentRunner.run`). A task's group is ``<group_prefix>/<task id>``
+    (default prefix ``<run_id>/step<step>``)."""
+    prefix = group_prefix or f"{run_id}/step{step}"
     report = RolloutReport()
     limit = asyncio.Semaphore(max_concurrency)
     started = time.monotonic()
 
     async def one(task: dict[str, Any], sample: int) -> None:
         async with limit:
-            await runner.run(task, run_id=run_id, group_id=f"{run_id}/step{step}/{task['id']}", sample=sample,
-                             step=step, report=report)
+            await runner.run(task, run_id=run_id, group_id=f"{prefix}/{task['id']}", sample=sample,
+                             step=step, report=report, sampling=sampling)
         if on_done is not None:
             on_done()
 

@@ -12,7 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-CURVES = (("reward/mean", "reward"), ("success/val", "held-out success"), ("actor/pg_loss", "policy loss"),
+CURVES = (("reward/mean", "reward"), ("success/val", "held-out success (sampled)"),
+          ("success/val_greedy", "held-out success (greedy)"), ("actor/pg_loss", "policy loss"),
           ("actor/kl", "KL to reference"), ("sft/loss", "SFT loss"))
 
 

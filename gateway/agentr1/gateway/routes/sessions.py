@@ -13,6 +13,8 @@ from agentr1.gateway.branches import branch_report
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError, error_body
+from agentr1.gateway.sampling_override import METADATA_KEY as SAMPLING_KEY
+from agentr1.gateway.sampling_override import sampling_override
 from agentr1.gateway.schemas import (
     MAX_SESSIONS_PER_REQUEST,
     RewardCreate,
@@ -48,7 +50,7 @@ async def create_session(body: SessionCreate | SessionList, request: Request) ->
     gw = _gw(request)
     asked = body if isinstance(body, list) else [body]
     new = [NewSession(run_id=session_run(request, b.run_id), task_id=b.task_id, group_id=b.group_id,
-                      metadata=_with_context(b, f"[{i}].context" if isinstance(body, list) else "context"),
+                      metadata=_with_context(b, f"[{i}]." if isinstance(body, list) else ""),
                       session_id=b.session_id, policy_version=gw.backend.policy_version)
            for i, b in enumerate(asked)]
     created = await gw.sessions.create_many(new)
@@ -64,16 +66,23 @@ async def create_session(body: SessionCreate | SessionList, request: Request) ->
     return answers if isinstance(body, list) else answers[0]
 
 
-def _with_context(body: SessionCreate, param: str) -> dict[str, Any]:
+def _with_context(body: SessionCreate, where: str) -> dict[str, Any]:
     """The session's metadata with its context policy (``context``, or ``metadata["context"]``) checked and in
-    full: a bad policy is a 400 before any session exists, not a broken session."""
+    full, and its sampling override (``metadata["sampling"]``) checked: a bad one is a 400 before any session
+    exists, not a broken session. ``where``: the item's place in a list (``[3].``), empty for one session."""
     metadata = dict(body.metadata)
     context = body.context if body.context is not None else metadata.get("context")
     if context is not None:
         try:
             metadata["context"] = build_policy(context).config
         except ContextPolicyError as exc:
-            raise APIError(400, str(exc), code="invalid_request", param=param) from exc
+            raise APIError(400, str(exc), code="invalid_request", param=f"{where}context") from exc
+    try:
+        override = sampling_override(metadata)
+    except APIError as exc:
+        raise APIError(exc.status, exc.message, code=exc.code, param=f"{where}{exc.param}") from exc
+    if override is not None:
+        metadata[SAMPLING_KEY] = override.model_dump(exclude_none=True)
     return metadata
 
 
