@@ -5,19 +5,25 @@
 :func:`exact_final` (the row's ``reward_model.scorer``): the session's outcome is 1 when the last
 number of the model's final reply is the chain's result, else 0. No partial credit and no reward
 for calling the tool: tool calls per episode are measured (``report.py``), not paid for.
+
+A row's ``busy_calls`` (``env_kwargs``, from ``tasks.py:make_retry_tasks``) makes the calculator flaky: the
+episode's calculator calls at those positions (0-based, every call it received counted, failed ones too) answer
+:data:`BUSY` instead of a result, and the same call again then works. The expert never meets it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from agentr1.envs import BaseTool, StepResult, ToolEnv, ToolResult
 
-__all__ = ["ChainEnv", "StepCalculator", "calculate_one", "exact_final", "final_number"]
+__all__ = ["BUSY", "ChainEnv", "FlakyCalculator", "StepCalculator", "calculate_one", "exact_final", "final_number"]
 
 _ONE_OPERATION = re.compile(r"\s*(-?\d+)\s*([-+*x\u00d7])\s*(-?\d+)\s*(?:=\s*)?")
 MAX_DIGITS = 12
+BUSY = "error: the calculator is busy, call it again"
 
 
 def calculate_one(expression: str) -> str:
@@ -41,6 +47,21 @@ class StepCalculator(BaseTool):
         return ToolResult(calculate_one(str(arguments["expression"])))
 
 
+class FlakyCalculator(StepCalculator):
+    """The calculator of one episode that answers :data:`BUSY` at the calls numbered in ``busy_calls``
+    (0-based, counting every call it received, whatever it asked), and computes as usual otherwise."""
+
+    def __init__(self, busy_calls: Iterable[int]) -> None:
+        self.busy_calls = frozenset(int(k) for k in busy_calls)
+        if any(k < 0 for k in self.busy_calls):
+            raise ValueError(f"busy_calls must be call numbers >= 0, got {sorted(self.busy_calls)}")
+        self.calls = 0
+
+    async def execute(self, arguments: dict[str, Any]) -> ToolResult:
+        call, self.calls = self.calls, self.calls + 1
+        return ToolResult(BUSY) if call in self.busy_calls else await super().execute(arguments)
+
+
 class ChainEnv(ToolEnv):
     """The row's prompt with the one-operation calculator; done when the model answers without a call.
 
@@ -50,10 +71,13 @@ class ChainEnv(ToolEnv):
     of the chain earns ``progress_reward / len(steps)`` (the whole chain's calls earn ``progress_reward``
     in total); it goes to the steps, not to the outcome, so success stays the exact final answer.
     ``score_final_step=True`` puts the answer's score on the final step instead: replayed demonstrations
-    have no ``run_task``, and SFT's ``min_reward`` selects on the episode's return."""
+    have no ``run_task``, and SFT's ``min_reward`` selects on the episode's return. ``busy_calls`` makes the
+    calculator a :class:`FlakyCalculator` that fails those calls of the episode once each."""
 
-    def __init__(self, task: dict[str, Any], *, score_final_step: bool = False, progress_reward: float = 0.0) -> None:
-        super().__init__(task, tools=[StepCalculator()])
+    def __init__(self, task: dict[str, Any], *, score_final_step: bool = False, progress_reward: float = 0.0,
+                 busy_calls: Iterable[int] = ()) -> None:
+        busy = list(busy_calls)
+        super().__init__(task, tools=[FlakyCalculator(busy) if busy else StepCalculator()])
         self.score_final_step = score_final_step
         self.progress_reward = float(progress_reward)
         self.chain_steps = task.get("steps") or []  # (left, operator, right, result) of each correct call

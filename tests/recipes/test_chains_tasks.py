@@ -14,6 +14,8 @@ from examples.chains.tasks import (
     chain_keys,
     generate_chains,
     make_demo_tasks,
+    make_length_tasks,
+    make_retry_tasks,
     make_short_tasks,
     make_tasks,
     split_of,
@@ -36,7 +38,7 @@ def _computations(row: dict) -> set[str]:
     return {f"{min(a, b)}{op}{max(a, b)}" if op in "+*" else f"{a}{op}{b}" for a, op, b, _ in row["steps"]}
 
 
-@pytest.mark.parametrize("generator", [make_tasks, make_short_tasks, make_demo_tasks])
+@pytest.mark.parametrize("generator", [make_tasks, make_short_tasks, make_demo_tasks, make_retry_tasks, make_length_tasks])
 def test_held_out_chains_share_nothing_with_training_chains(generator):
     # the sizes and seeds the configs use (trainer: data.seed for train, + 1_000_003 for val), and more
     train = [t for seed in (0, 1, 2) for t in generator("train", 2048, seed)]
