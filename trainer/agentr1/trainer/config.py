@@ -32,6 +32,7 @@ __all__ = [
     "RewardSection",
     "RolloutConfig",
     "StoreSelection",
+    "TrackingOptions",
     "TrainerSection",
     "ValidationSampling",
     "load_yaml",
@@ -389,7 +390,20 @@ class ActorRolloutRefConfig(_Strict):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
 
 
-class TrainerSection(_Strict):
+class TrackingOptions(_Strict):
+    """Where a job's metrics go, with verl's names (``trainer.logger``, ``project_name``, ``experiment_name``):
+    always ``metrics.jsonl`` and ``curves.png`` in the job's folder; ``console`` is the progress line; the other
+    backends are verl's ``Tracking`` (``agentr1.trainer.tracking``): TensorBoard in ``<folder>/tensorboard``
+    (``TENSORBOARD_DIR`` wins), MLflow at ``MLFLOW_TRACKING_URI`` or ``sqlite:///<folder>/mlflow.db``, wandb
+    (``WANDB_MODE=offline`` for no network), SwanLab, ClearML, trackio, verl's JSONL ``file`` logger."""
+
+    logger: list[Literal["console", "tensorboard", "mlflow", "wandb", "swanlab", "clearml", "trackio", "file"]] = (
+        Field(default_factory=lambda: ["console", "tensorboard"]))
+    project_name: str = "agentr1"
+    experiment_name: str | None = None  # None: the job's run_name
+
+
+class TrainerSection(TrackingOptions):
     total_training_steps: int = 10
     save_freq: int = 0  # 0 = only at the end
     test_freq: int = 0  # 0 = only before and after

@@ -35,7 +35,7 @@ from agentr1.trainer.rows import TrainRow
 from agentr1.trainer.serving import Serving, start_serving
 from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
 from agentr1.trainer.tasks import TaskSampler, load_tasks
-from agentr1.trainer.tracking import Tracker
+from agentr1.trainer.tracking import Tracker, tracking_options
 
 __all__ = ["StepData", "Trainer", "advantage_config", "engine_config"]
 
@@ -97,7 +97,8 @@ class Trainer:
         self.sampler = TaskSampler(self.train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
                                    position=self.state.sampler_position)
         self.tracker = Tracker(self.out_dir, cfg.trainer.total_training_steps, start_step=self.state.step,
-                               quiet=self.quiet)
+                               quiet=self.quiet,
+                               **tracking_options(cfg.trainer, cfg.run_name, cfg.model_dump(mode="json")))
         self.source: StepSource = (OfflineSteps(self, offline) if cfg.offline is not None
                                    else AsyncRollouts(self, self.out_dir) if cfg.trainer.mode == "async"
                                    else SyncRollouts(self))

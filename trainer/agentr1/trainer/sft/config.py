@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentr1.trainer.config import DEFAULT_LAYOUT, Layout, load_yaml
+from agentr1.trainer.config import DEFAULT_LAYOUT, Layout, TrackingOptions, load_yaml
 
 
 class _Strict(BaseModel):
@@ -63,7 +63,7 @@ class SFTOptim(_Strict):
     min_lr_ratio: float | None = None
 
 
-class SFTTrainerSection(_Strict):
+class SFTTrainerSection(TrackingOptions):
     total_epochs: int = 1
     total_training_steps: int | None = None  # stop earlier than total_epochs allow
     save_freq: int = 0  # 0 = only at the end

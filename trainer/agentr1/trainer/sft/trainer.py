@@ -23,7 +23,7 @@ from agentr1.trainer.checkpoints import TrainerState, save_checkpoint
 from agentr1.trainer.sft.config import SFTConfig
 from agentr1.trainer.sft.data import SFTRows, build_sft_rows
 from agentr1.trainer.sft.selection import select_demonstrations
-from agentr1.trainer.tracking import Tracker
+from agentr1.trainer.tracking import Tracker, tracking_options
 
 __all__ = ["SFTTrainer", "sft_engine_config"]
 
@@ -67,7 +67,8 @@ class SFTTrainer:
             self.total_steps = min(self.total_steps, cfg.trainer.total_training_steps)
         self.engine = LocalPolicyEngine(self.model_path, sft_engine_config(cfg, self.total_steps))
         self.state = TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
-        self.tracker = Tracker(self.out_dir, self.total_steps, quiet=self.quiet)
+        self.tracker = Tracker(self.out_dir, self.total_steps, quiet=self.quiet,
+                               **tracking_options(cfg.trainer, cfg.run_name, cfg.model_dump(mode="json")))
         log.info("sft: %d rows (%d rendered from text) from %d sessions, %d steps", len(self.data.rows),
                  sum(self.data.rendered_from_text), len(selection.sessions), self.total_steps)
 
