@@ -10,6 +10,7 @@ import typer
 from agentr1.cli.chat import chat
 from agentr1.cli.evaluate import evaluate
 from agentr1.cli.gateway import gateway
+from agentr1.cli.models import app as models_app
 from agentr1.cli.sft import sft
 from agentr1.cli.traces import app as traces_app
 from agentr1.cli.train import train
@@ -22,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(traces_app, name="traces")
+app.add_typer(models_app, name="models")
 app.command(help="Serve the policy model behind an OpenAI-compatible, trace-recording endpoint.")(gateway)
 app.command(help="Train the policy on the agent's traces (rollout -> reward -> replay -> update).")(train)
 app.command("eval", help="Evaluate a checkpoint: greedy@1, mean@K, pass@K, maj@K with intervals; --compare A B.")(evaluate)

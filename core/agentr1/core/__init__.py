@@ -11,6 +11,7 @@ shortens the GIL hand-offs for a stretch of serving (a rollout in the trainer's 
 
 from agentr1.core.heap import freeze_heap, frozen_heap
 from agentr1.core.lazy import lazy_exports
+from agentr1.core.model_packages import PACKAGED_MODELS, ModelFetchError
 from agentr1.core.models import (
     build_tiny_random_model,
     ensure_smollm2,
@@ -18,17 +19,22 @@ from agentr1.core.models import (
     models_cache_dir,
     resolve_model,
 )
+from agentr1.core.qwen_models import ensure_packaged_model, ensure_tiny_qwen
 from agentr1.core.registry import Registry, UnknownName, load_callable
 from agentr1.core.switching import gil_switch_interval
 from agentr1.core.vision_models import build_tiny_random_vlm, ensure_tiny_vlm, is_vlm_dir, load_vlm_processor
 
 __all__ = [
+    "PACKAGED_MODELS",
+    "ModelFetchError",
     "Registry",
     "UnknownName",
     "build_tiny_random_model",
     "build_tiny_random_vlm",
+    "ensure_packaged_model",
     "ensure_smollm2",
     "ensure_tiny_model",
+    "ensure_tiny_qwen",
     "ensure_tiny_vlm",
     "freeze_heap",
     "frozen_heap",

