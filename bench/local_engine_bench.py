@@ -20,21 +20,30 @@ wall time, total tokens/s, per-session tokens/s, prompt tokens prefilled, forwar
 seconds this process used and the machine's load average when the run began (on a shared machine,
 a load above the core count means the numbers are lower bounds). --baseline adds plain HF
 ``model.generate`` on the first turn's prompts (forced to --tokens new tokens).
+
+``--contend 0 1`` runs everything once per condition: with 0, then 1 competing busy process that the bench
+itself starts for the duration of that condition's runs (a pure-Python busy loop, as another program on the
+same laptop would be: an agent, a tool, a test run), so the engine and ``generate`` meet the same machine.
+``--threads 0`` (the default) leaves the engine's CPU threads to the engine (``cpu_threads.py``) and
+``generate`` on torch's default.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import importlib
+import multiprocessing
 import os
 import platform
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +53,7 @@ from agentr1.core.models import resolve_model
 from agentr1.gateway.backends.local import LocalBackend
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_THREADS = torch.get_num_threads()  # torch's default, before anything changes it
 
 QUESTIONS = [
     "Explain why the sky is blue.",
@@ -142,8 +152,11 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
     }
 
 
-def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0) -> dict[str, float]:
-    """Plain ``model.generate`` on the first turn's prompts (one left-padded batch)."""
+def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0, threads: int = 0
+                ) -> dict[str, float]:
+    """Plain ``model.generate`` on the first turn's prompts (one left-padded batch), on ``threads`` torch
+    threads (0: torch's default, what a user of ``generate`` gets)."""
+    torch.set_num_threads(threads or DEFAULT_THREADS)
     batch = first_prompts(backend.tokenizer, sessions, system_tokens)
     width = max(len(p) for p in batch)
     pad = backend.tokenizer.pad_token_id
@@ -158,7 +171,30 @@ def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0
     generated = sessions * tokens
     return {"wall_s": wall, "tokens": generated, "tokens_per_s": generated / wall,
             "per_session_tokens_per_s": tokens / wall, "prefilled": "-", "forwards": tokens, "cpu_s": cpu,
-            "load": load}
+            "load": load, "threads": torch.get_num_threads()}
+
+
+def busy_loop() -> None:
+    """A process that keeps one core busy until it is killed (the competing program of ``--contend``)."""
+    n = 0
+    while True:
+        n = (n + 1) % 1_000_003
+
+
+@contextlib.contextmanager
+def contention(processes: int) -> Iterator[None]:
+    """``processes`` busy-loop processes running inside the block."""
+    context = multiprocessing.get_context("spawn")
+    busy = [context.Process(target=busy_loop, daemon=True) for _ in range(processes)]
+    for process in busy:
+        process.start()
+    try:
+        time.sleep(0.5 if processes else 0)  # they are running before the first measurement
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.join()
 
 
 def start(module: Any, args: argparse.Namespace, **options: Any) -> Any:
@@ -176,7 +212,10 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=1, help="turns per session")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent sessions")
     parser.add_argument("--repeat", type=int, default=1, help="runs per engine and concurrency (best is shown)")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads of the engines and generate (0: the engine's choice, torch's default)")
+    parser.add_argument("--contend", type=int, nargs="+", default=[0],
+                        help="conditions: this many competing busy processes started by the bench (0 1: quiet, then one)")
     parser.add_argument("--system-tokens", type=int, default=0, help="a shared system message of about N tokens")
     parser.add_argument("--before", default="", help="also run the local engine of this git commit")
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
@@ -205,32 +244,48 @@ async def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{args.threads or torch.get_num_threads()}; {args.turns} turn(s) x up to {args.tokens} tokens per session"
           f"{f', a shared system message of {args.system_tokens} tokens' if args.system_tokens else ''}")
-    results: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for _ in range(args.repeat):
-        for name, module in engines.items():
-            backend = start(module, args, **options.get(name, {}))
-            await sessions_run(backend, base[name], 1, 1, 4)  # warm-up
-            for concurrency in args.concurrency:
-                run = await sessions_run(backend, base[name], concurrency, args.turns, args.tokens, args.system_tokens)
-                results.setdefault((name, concurrency), []).append(run)
-                if args.baseline and name == "local (this tree)":
-                    results.setdefault(("hf generate", concurrency), []).append(
-                        hf_generate(backend, concurrency, args.tokens, args.system_tokens))
-            await backend.close()
-            del backend
-            gc.collect()
-    print("\n| engine | sessions | tokens | wall s | tokens/s total | tokens/s per session | prefilled | forwards | "
-          "CPU s | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for concurrency in args.concurrency:
-        for (name, c), runs in results.items():
-            if c != concurrency:
-                continue
-            best = max(runs, key=lambda r: r["tokens_per_s"])
-            print(f"| {name} | {c} | {best['tokens']} | {best['wall_s']:.1f} | {best['tokens_per_s']:.1f} | "
-                  f"{best['per_session_tokens_per_s']:.2f} | {best['prefilled']} | {best['forwards']} | "
-                  f"{best['cpu_s']:.1f} | {best['load']:.1f} |")
+    results: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    for busy in args.contend:
+        with contention(busy):
+            for _ in range(args.repeat):
+                for name, module in engines.items():
+                    backend = start(module, args, **options.get(name, {}))  # under the condition: it may look
+                    await sessions_run(backend, base[name], 1, 1, 4)  # warm-up
+                    for concurrency in args.concurrency:
+                        run = await sessions_run(backend, base[name], concurrency, args.turns, args.tokens,
+                                                 args.system_tokens)
+                        run["threads"] = getattr(backend, "cpu_threads", None) or args.threads or "-"  # at the end
+                        results.setdefault((busy, name, concurrency), []).append(run)
+                        if args.baseline and name == "local (this tree)":
+                            results.setdefault((busy, "hf generate", concurrency), []).append(
+                                hf_generate(backend, concurrency, args.tokens, args.system_tokens, args.threads))
+                    await backend.close()
+                    del backend
+                    gc.collect()
+    print_table(results, args.contend, args.concurrency)
 
+
+def print_table(results: dict[tuple[int, str, int], list[dict[str, Any]]], conditions: list[int],
+                concurrencies: list[int]) -> None:
+    """One row per condition, engine and concurrency: the best run's details, the tokens/s of every run, and
+    (beside ``generate``) the ratio to it run by run, with the load average each run began at."""
+    print("\n| busy processes | engine | sessions | threads | tokens | wall s | tokens/s (best) | tokens/s all runs | "
+          "x generate (run by run) | prefilled | forwards | CPU s | load at start |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|")
+    for busy in conditions:
+        for concurrency in concurrencies:
+            baseline = results.get((busy, "hf generate", concurrency))
+            for (b, name, c), runs in results.items():
+                if (b, c) != (busy, concurrency):
+                    continue
+                best = max(runs, key=lambda r: r["tokens_per_s"])
+                every = " / ".join(f"{r['tokens_per_s']:.1f}" for r in runs)
+                ratio = "-" if baseline is None or name == "hf generate" else " / ".join(
+                    f"{r['tokens_per_s'] / g['tokens_per_s']:.2f}" for r, g in zip(runs, baseline, strict=False))
+                loads = " / ".join(f"{r['load']:.1f}" for r in runs)
+                print(f"| {busy} | {name} | {c} | {best.get('threads', '-')} | {best['tokens']} | {best['wall_s']:.1f} | "
+                      f"{best['tokens_per_s']:.1f} | {every} | {ratio} | {best['prefilled']} | {best['forwards']} | "
+                      f"{best['cpu_s']:.1f} | {loads} |")
 
 if __name__ == "__main__":
     asyncio.run(main())

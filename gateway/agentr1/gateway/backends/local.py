@@ -11,9 +11,10 @@ rejected) and start after :meth:`LocalBackend.resume`. :meth:`LocalBackend.updat
 the same way, so each response is sampled by one policy version. A full queue (``max_queue``)
 or a backend that is not started answers :class:`BackendUnavailable`.
 
-CPU threads: ``num_threads`` sets the worker's torch threads. torch's default (all cores) is
-fastest on an otherwise idle machine; on a CPU shared with busy processes (a trainer, tests),
-``num_threads=1`` avoids idle OpenMP threads waiting on busy cores and was 4x faster at batch 1.
+CPU threads: ``num_threads`` fixes the worker's torch threads; by default (None) the worker uses one per
+core that other work leaves free, chosen again every second (``_cpu_threads.py``): all cores on an idle
+machine, fewer beside busy processes (with torch's default 2 threads and one busy process on 2 cores the
+engine fell to 0.11-0.15x ``model.generate``, issue 41). :attr:`LocalBackend.cpu_threads` is the number in use.
 
 The engine (``_engine.BatchEngine``) keeps every request in a slot of a static KV cache, samples
 all rows at once on the device, replays decode steps from CUDA graphs on a GPU (``cuda_graphs``)
@@ -49,6 +50,7 @@ from typing import Any
 import torch
 
 from ._admission import BURST_MAX_S, BURST_QUIET_S, AdmissionPolicy
+from ._cpu_threads import CpuThreads
 from ._engine import BatchEngine, EngineStats, Row, end_token_ids, pad_token_id
 from ._requests import check_request
 from ._sink import Sink
@@ -126,7 +128,7 @@ class LocalBackend:
         self.dtype = _pick_dtype(dtype, self.device)
         self.max_batch_size = max_batch_size
         self.max_queue = max_queue
-        self.num_threads = num_threads  # CPU threads of the worker's torch ops (None: torch's default)
+        self.num_threads = num_threads  # CPU threads of the worker's torch ops (None: one per free core)
         self.engine_options: dict[str, Any] = {
             "prefix_cache": prefix_cache, "cache_bytes": cache_bytes, "exact": exact, "cuda_graphs": cuda_graphs,
             "compile": compile, "prefill_budget": prefill_budget, "overlap": overlap,
@@ -157,6 +159,7 @@ class LocalBackend:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._admission = AdmissionPolicy()
+        self._threads = CpuThreads(num_threads, choose=self.device.type == "cpu")
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -231,6 +234,11 @@ class LocalBackend:
 
     def _set_version(self, version: int) -> None:
         self._policy_version = version
+
+    @property
+    def cpu_threads(self) -> int:
+        """The torch threads the worker uses now (on a GPU: torch's default, not changed)."""
+        return self._threads.threads
 
     @property
     def engine_address(self) -> Any:
@@ -434,8 +442,7 @@ class LocalBackend:
     def _run(self) -> None:
         engine = self._engine
         assert engine is not None
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
+        self._threads.start()
         self._warm_up()
         while True:
             with self._cv:
@@ -454,6 +461,8 @@ class LocalBackend:
                             admitted.append(row)
                 if admitted or engine.rows:
                     self._idle.clear()
+            if admitted or engine.rows:
+                self._threads.adjust()
             started = time.perf_counter()
             try:
                 with self._model_lock, torch.inference_mode():

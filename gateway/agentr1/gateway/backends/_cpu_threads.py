@@ -1,0 +1,156 @@
+"""How many CPU threads the embedded engine's torch ops use: one per core that other work leaves free, chosen
+again every second while the engine runs (:class:`CpuThreads`, used by the CPU worker in ``local.py``).
+
+Why: a forward's parallel regions end on a barrier that waits for every one of its threads. With torch's default
+(one thread per core) and one other busy process on a 2-core laptop, one engine thread shares its core with that
+process, every region waits for it, and the waiting thread spins a core of its own: the engine made 7-9 tokens/s at
+16 sessions where ``model.generate`` made 62-65 (issue 41). With one thread per *free* core there is no such wait;
+on a quiet machine the engine keeps every core.
+
+What counts as other work: everything the machine's cores ran (``/proc/stat``, the cores this process may use)
+minus the engine's own threads (the worker and the OpenMP threads it starts, which inherit its name:
+``/proc/self/task``). So the gateway's event loop and the agents in this process count as other work too.
+Where ``/proc`` is missing (macOS), the engine keeps torch's default.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["CpuThreads", "threads_for", "usable_cores"]
+
+log = logging.getLogger(__name__)
+
+RECHECK_S = 1.0  # how often the choice is made again while the engine runs
+FIRST_LOOK_S = 0.25  # how long the machine is watched before the first choice
+ENGINE_THREAD_NAME = b"agentr1-engine"  # the worker's OS name (15 bytes at most), inherited by its OpenMP threads
+_PR_SET_NAME = 15  # prctl option, <linux/prctl.h>
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_for(cores: int, others_busy: float) -> int:
+    """Threads for a forward on ``cores`` usable cores while other work keeps ``others_busy`` cores busy: one per
+    core left free (a core counts when it is free at least half the time), at least one, at most ``cores``."""
+    free = cores - max(0.0, others_busy)
+    return max(1, min(cores, math.floor(free + 0.5)))
+
+
+def _machine_busy_s(cpus: set[int]) -> float | None:
+    """CPU seconds the cores ``cpus`` have spent not idle since boot (``/proc/stat``); None without it."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    busy = 0
+    for line in lines[1:]:
+        if not line.startswith("cpu"):
+            break
+        name, *fields = line.split()
+        if int(name[3:]) in cpus:
+            values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            busy += sum(values) - values[3] - values[4]
+    return busy / _TICKS
+
+
+def _team_cpu_s(name: str) -> float:
+    """CPU seconds of this process's threads called ``name`` (the engine's worker and its OpenMP threads)."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        comm_end = stat.rindex(")")
+        if stat[stat.index("(") + 1:comm_end] != name:
+            continue
+        fields = stat[comm_end + 2:].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    return total / _TICKS
+
+
+def _name_this_thread(name: bytes) -> bool:
+    """Set the calling thread's OS name (Linux; threads it starts afterwards inherit it)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass
+class _Sample:
+    at: float
+    machine_s: float
+    team_s: float
+
+
+class CpuThreads:
+    """The engine worker's torch threads: ``fixed`` if given, else (with ``choose``: on the CPU) :func:`threads_for`
+    the cores other work leaves free, measured over the last second, else torch's default. :meth:`start` and
+    :meth:`adjust` run on the worker thread."""
+
+    def __init__(self, fixed: int | None = None, *, choose: bool = True) -> None:
+        self.fixed = fixed
+        self.choose = choose
+        self.cores = usable_cores()
+        self.threads = fixed or torch.get_num_threads()
+        self._cpus: set[int] = set()
+        self._last: _Sample | None = None
+
+    def start(self) -> None:
+        """Name the worker thread (before its first parallel region starts OpenMP threads) and choose."""
+        if self.fixed:
+            torch.set_num_threads(self.fixed)
+            return
+        if not self.choose:
+            return
+        try:
+            self._cpus = os.sched_getaffinity(0)
+        except (AttributeError, OSError):
+            return
+        if not _name_this_thread(ENGINE_THREAD_NAME) or self._sample() is None:
+            return  # not Linux: torch's default
+        self._last = self._sample()
+        time.sleep(FIRST_LOOK_S)
+        self.adjust(force=True)
+
+    def _sample(self) -> _Sample | None:
+        machine = _machine_busy_s(self._cpus)
+        if machine is None:
+            return None
+        return _Sample(time.monotonic(), machine, _team_cpu_s(ENGINE_THREAD_NAME.decode()))
+
+    def adjust(self, *, force: bool = False) -> int:
+        """Choose again if a second has passed (or ``force``); returns the threads in use."""
+        last = self._last
+        if last is None or (not force and time.monotonic() - last.at < RECHECK_S):
+            return self.threads
+        now = self._sample()
+        assert now is not None
+        elapsed = now.at - last.at
+        others = ((now.machine_s - last.machine_s) - (now.team_s - last.team_s)) / elapsed if elapsed > 0 else 0.0
+        self._last = now
+        threads = threads_for(self.cores, others)
+        if threads != self.threads or force:
+            log.debug("local engine: %d CPU thread(s) (other work kept %.2f of %d cores busy)", threads, others,
+                      self.cores)
+            torch.set_num_threads(threads)
+            self.threads = threads
+        return threads

@@ -1,0 +1,105 @@
+"""The embedded engine's CPU threads: one per core that other work leaves free (``_cpu_threads.py``), measured on
+this machine with real busy processes and real threads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from agentr1.gateway.backends._cpu_threads import (
+    CpuThreads,
+    _name_this_thread,
+    _team_cpu_s,
+    threads_for,
+    usable_cores,
+)
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+
+
+@pytest.mark.parametrize(("cores", "others_busy", "threads"), [
+    (2, 0.0, 2),  # a quiet laptop: every core
+    (2, 0.3, 2),  # a light event loop beside it: a core free 70% of the time still counts
+    (2, 0.6, 1),  # free less than half the time: left to the other work
+    (2, 1.0, 1),  # one busy process (issue 41's case)
+    (2, 2.0, 1),  # everything busy: still one
+    (2, -0.2, 2),  # measurement noise below zero
+    (1, 0.0, 1),
+    (16, 3.2, 13),
+    (16, 0.0, 16),
+])
+def test_threads_for_leaves_busy_cores_to_their_work(cores: int, others_busy: float, threads: int) -> None:
+    assert threads_for(cores, others_busy) == threads
+
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@linux_only
+def test_team_cpu_counts_only_the_named_threads() -> None:
+    """The engine's own CPU (its named threads) is not other work; another thread's CPU is not the engine's."""
+    name = "agentr1-test"
+    before = _team_cpu_s(name)
+    burnt, done = threading.Barrier(3), threading.Event()
+
+    def burn_then_wait(own_name: bool) -> None:
+        if own_name:
+            assert _name_this_thread(name.encode())
+        _burn(0.4)
+        burnt.wait()
+        done.wait()  # alive while measured: a thread that ended is gone from /proc/self/task
+
+    threads = [threading.Thread(target=burn_then_wait, args=(own,)) for own in (True, False)]
+    for thread in threads:
+        thread.start()
+    burnt.wait()
+    spent = _team_cpu_s(name) - before
+    done.set()
+    for thread in threads:
+        thread.join()
+    assert 0.3 <= spent <= 0.6, spent
+
+
+@linux_only
+def test_a_fixed_count_is_kept() -> None:
+    default = torch.get_num_threads()
+    def run() -> None:
+        threads = CpuThreads(1)
+        threads.start()
+        try:
+            assert torch.get_num_threads() == 1 and threads.adjust(force=True) == 1
+        finally:
+            torch.set_num_threads(default)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+
+
+@linux_only
+def test_busy_processes_on_every_core_leave_the_engine_one_thread() -> None:
+    """With every usable core kept busy by other processes, the choice made at start is one thread."""
+    cores = usable_cores()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    chosen: list[int] = []
+    threads = CpuThreads()
+    default = torch.get_num_threads()
+    try:
+        time.sleep(1.0)  # the processes are running
+        worker = threading.Thread(target=lambda: (threads.start(), chosen.append(threads.threads),
+                                                  torch.set_num_threads(default)))
+        worker.start()
+        worker.join()
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    assert chosen == [1]
