@@ -186,7 +186,7 @@ def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO
 
 
 # Tasks that RL must teach rather than sharpen (issue 44): the warm start's demonstrations (short, clean chains,
-# ``expert.py``) never show what success on these needs. ``temperature`` sets every row's sampling (0: greedy).
+# ``expert.py``) never show what success on these needs.
 
 
 def busy_call_of(chain: Chain) -> int:
@@ -196,26 +196,25 @@ def busy_call_of(chain: Chain) -> int:
     return int.from_bytes(digest[:8], "big") % len(chain.ops)
 
 
-def make_retry_tasks(split: str, n: int, seed: int, *, temperature: float = 1.0, n_ops: int = 2,
-                     digits: int = 2) -> list[dict[str, Any]]:
+def make_retry_tasks(split: str, n: int, seed: int, *, n_ops: int = 2, digits: int = 2) -> list[dict[str, Any]]:
     """Chains on a flaky calculator: ``make_short_tasks``'s chains (``n_ops`` operations on ``digits``-digit
     numbers), whose calculator answers ``error: the calculator is busy, call it again`` at one call of each
     episode (:func:`busy_call_of`; ``ChainEnv``'s ``busy_calls``), so success needs that call made again. The
     episode gets one more model call for it (operations + 3 in all)."""
     rows = []
     for i, chain in enumerate(generate_chains(split, n, seed, min_ops=n_ops, max_ops=n_ops, digits=digits)):
-        row = task_row(chain, f"{split}-{i}", temperature=temperature)
+        row = task_row(chain, f"{split}-{i}")
         row["env_kwargs"]["busy_calls"] = [busy_call_of(chain)]
         row["env_kwargs"]["max_steps"] += 1
         rows.append(row)
     return rows
 
 
-def make_length_tasks(split: str, n: int, seed: int, *, temperature: float = 1.0, train_ops: tuple[int, int] = (2, 3),
+def make_length_tasks(split: str, n: int, seed: int, *, train_ops: tuple[int, int] = (2, 3),
                       val_ops: tuple[int, int] = (3, 3), digits: int = 2) -> list[dict[str, Any]]:
     """Longer chains than the demonstrations: training chains of ``train_ops`` (min, max) operations, held-out
     chains of ``val_ops`` (by default three operations, where the two-operation warm start stops one short), on
     ``digits``-digit numbers."""
     low, high = train_ops if split == "train" else val_ops
     chains = generate_chains(split, n, seed, min_ops=low, max_ops=high, digits=digits)
-    return [task_row(c, f"{split}-{i}", temperature=temperature) for i, c in enumerate(chains)]
+    return [task_row(c, f"{split}-{i}") for i, c in enumerate(chains)]

@@ -6,7 +6,7 @@
 #   length  make_length_tasks: RL on 2- and 3-operation chains, held out on 3-operation chains
 # Every SFT and SFT+RL checkpoint is evaluated on VAL held-out tasks (disjoint from every training and demonstration
 # chain by construction; tests/recipes/test_chains_teach.py) greedily (the rows' temperature 0, one sample) and with
-# K samples at temperature 1 (mean@K, pass@K by the unbiased estimator: scripts/gpu/sample_metrics.py).
+# K samples at temperature 1 (mean@K, pass@K by the unbiased estimator), by `agentr1 eval`'s protocol.
 # Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh; carry .whl .tok, then .m1, .m2, .m3 in calls of
 # their own: `teach_h200.sh carry`).
 #
@@ -52,24 +52,23 @@ setup() {
   gpu_smollm2 > /dev/null || exit 4
 }
 
-# evaluate checkpoint $3 on design $2's held-out tasks as $1 (greedy and K samples at T=1, at once), tags $4 (JSON)
+# evaluate checkpoint $3 on design $2's held-out tasks as $1 under the protocol (`agentr1 eval`: greedy@1, and K
+# samples a task at temperature 1: mean@K, pass@K), then the episodes' retries (retry_stats.py); tags $4 (JSON)
 evaluate() {
-  local name=$1 design=$2 ckpt=$3 tags=$4 mode
-  for mode in greedy t1; do
-    (
-      local args=() n=$K
-      if [ "$mode" = greedy ]; then args=(data.generator_kwargs.temperature=0); n=1; fi
-      "${AGENTR1[@]}" eval examples/chains/train_gpu.yaml "db=sqlite:///$RUN/evals/$name-$mode.db" \
-        "data.generator=$(generator_of "$design")" "data.val_size=$VAL" "${DEVICE_ARGS[@]}" "${args[@]}" --checkpoint "$ckpt" --n "$n" --run-id "$name-$mode" \
-        > "$RUN/logs/eval-$name-$mode.log" 2>&1
-      "${PY[@]}" scripts/gpu/sample_metrics.py "$RUN/evals/$name-$mode.db" "$name-$mode" "$n" | "${PY[@]}" -c '
+  local name=$1 design=$2 ckpt=$3 tags=$4
+  "${AGENTR1[@]}" eval examples/chains/train_gpu.yaml "db=sqlite:///$RUN/evals/$name.db" \
+    "data.generator=$(generator_of "$design")" "data.val_size=$VAL" "${DEVICE_ARGS[@]}" --checkpoint "$ckpt" \
+    --greedy --n "$K" --temperature 1.0 --run-id "$name" --output "$RUN/evals/$name.json" > /dev/null \
+    2> "$RUN/logs/eval-$name.log" || { echo "evaluation $name failed ($RUN/logs/eval-$name.log)"; return 1; }
+  "${PY[@]}" scripts/gpu/retry_stats.py "$RUN/evals/$name.db" "$name" > "$RUN/evals/$name.retries.json"
+  "${PY[@]}" - "$RUN/evals/$name.json" "$RUN/evals/$name.retries.json" "$tags" > "$RUN/results/$name.json" <<'PY'
 import json, sys
-row = json.loads(sys.argv[1]); row.update(json.load(sys.stdin)); print(json.dumps(row))' \
-        "$("${PY[@]}" -c 'import json, sys; d = json.loads(sys.argv[1]); d["mode"] = sys.argv[2]; print(json.dumps(d))' "$tags" "$mode")" \
-        > "$RUN/results/$name-$mode.json"
-    ) || echo "evaluation $name-$mode failed ($RUN/logs/eval-$name-$mode.log)" &
-  done
-  wait
+answer, retries, tags = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), json.loads(sys.argv[3])
+metrics = {k.split("/acc/", 1)[1]: v for k, v in answer.items() if "/acc/" in k}  # val-core/<source>/acc/<metric>
+tasks = [{"task": t.get("task_id", t.get("task")), "greedy": t.get("greedy"), "samples": t.get("samples")}
+         for t in answer.get("tasks_detail", [])]
+print(json.dumps({**tags, "model": answer.get("model"), "metrics": metrics, "episodes": retries, "tasks": tasks}))
+PY
 }
 
 # GRPO for design $1 from seed $2's SFT checkpoint $3 with variant $4 until RL_STEPS or the deadline; then evaluate
@@ -137,16 +136,15 @@ for d in sorted((run / "rl").glob("*")):
         if line.strip():
             curves.append({"run": d.name, **json.loads(line)})
 (out / "rl_metrics.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curves))
-by = {}
-for r in rows:
-    by.setdefault((r["design"], r.get("variant", "-"), r["seed"], r["stage"]), {})[r["mode"]] = r
-print("design  variant seed stage   step  greedy  mean@K  pass@K  retried(T=1)  calls/ep(greedy)")
-for (design, variant, seed, stage), modes in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3], kv[0][1])):
-    g, t = modes.get("greedy", {}), modes.get("t1", {})
-    pk = next((v for k, v in t.items() if k.startswith("pass_at_")), None)
+print("design  variant seed stage   step  greedy@1  mean@K  pass@K  retried(greedy, T=1)  calls/ep(greedy)")
+key = lambda r: (r["design"], r["seed"], r["stage"], r.get("variant", "-"))
+for r in sorted(rows, key=key):
+    m, e = r["metrics"], r["episodes"]
+    pick = lambda prefix: next((v for k, v in m.items() if k.startswith(prefix) and "/ci_" not in k), None)
     fmt = lambda v: "  -   " if v is None else f"{v:6.3f}"
-    print(f"{design:7} {variant:7} {seed:4} {stage:7} {str(t.get('rl_step', g.get('rl_step', ''))):5} {fmt(g.get('success'))}  "
-          f"{fmt(t.get('mean_at_n'))}  {fmt(pk)}  {fmt(t.get('retried'))}        {fmt(g.get('tool_calls_per_episode'))}")
+    print(f"{r['design']:7} {r.get('variant', '-'):7} {r['seed']:4} {r['stage']:7} {str(r.get('rl_step', '')):5} "
+          f"{fmt(pick('greedy@1'))}    {fmt(pick('mean@'))}  {fmt(pick('pass@'))}  {fmt(e['greedy']['retried'])} "
+          f"{fmt(e['sampled']['retried'])}       {fmt(e['greedy']['tool_calls_per_episode'])}")
 PY
 }
 

@@ -4,18 +4,11 @@ held-out chains of ``make_length_tasks``. Disjointness of their splits: ``test_c
 from __future__ import annotations
 
 import asyncio
-import json
-from pathlib import Path
 
 import pytest
 from examples.chains.env import BUSY, ChainEnv, FlakyCalculator
 from examples.chains.expert import expert_turns
 from examples.chains.tasks import busy_call_of, generate_chains, make_length_tasks, make_retry_tasks, make_short_tasks
-
-from agentr1.trainer.config import JobConfig
-from agentr1.trainer.tasks import load_tasks
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env_of(row: dict) -> ChainEnv:
@@ -75,15 +68,3 @@ def test_length_tasks_train_on_two_and_three_operations_and_hold_out_three():
     assert {len(r["ops"]) for r in train} == {2, 3} and {len(r["ops"]) for r in val} == {3}
     assert all(r["start"] < 100 and all(x < 100 for _, x in r["ops"]) for r in train + val)  # two-digit operands
     assert {len(r["ops"]) for r in make_length_tasks("val", 32, 5, val_ops=(2, 3))} == {2, 3}
-
-
-def test_the_generators_temperature_sets_every_rows_sampling_through_the_task_loader():
-    for generator in ("make_retry_tasks", "make_length_tasks"):
-        overrides = [f"data.generator=examples.chains.tasks:{generator}", "data.val_size=4"]
-        job = JobConfig.from_yaml(ROOT / "examples/chains/train_gpu.yaml", overrides)
-        assert {r["env_kwargs"]["sampling"]["temperature"] for r in load_tasks(job.data, "val")} == {1.0}
-        greedy = JobConfig.from_yaml(ROOT / "examples/chains/train_gpu.yaml",
-                                     [*overrides, "data.generator_kwargs.temperature=0"])
-        rows = load_tasks(greedy.data, "val")
-        assert {r["env_kwargs"]["sampling"]["temperature"] for r in rows} == {0}
-        assert json.dumps([r["prompt"] for r in rows]) == json.dumps([r["prompt"] for r in load_tasks(job.data, "val")])
