@@ -8,21 +8,41 @@ sampling/sampling_params.py, managers/schedule_batch.py; DESIGN.md section 4):
 
 - ``POST|PUT /generate``: GenerateReqInput {text | input_ids, sampling_params, rid, return_logprob,
   logprob_start_len, top_logprobs_num, stream}; other top-level fields are ignored (a dataclass
-  body). ``sampling_params`` become ``SamplingParams(**sampling_params)``: an unknown key is
-  refused with 400 ``{"error": {"message": "...unexpected keyword argument '<key>'"}}``; defaults
-  max_new_tokens=128, temperature=1.0, top_p=1.0, top_k=-1 (whole vocabulary),
-  skip_special_tokens=True; temperature below 1e-6 decodes greedily; verify()'s limits -> 400;
-  stop strings are refused under ``skip_tokenizer_init``. Answer {text, output_ids, meta_info{id,
-  finish_reason, prompt_tokens, completion_tokens, cached_tokens, weight_version, e2e_latency,
-  output_token_logprobs [[logprob, id, null]], output_top_logprobs}}; no ``text`` under
-  skip_tokenizer_init. Streaming: ``data: {...}`` events (text cumulative; output_ids and logprob
-  lists cumulative, or incremental with ``stream_output=True`` as ``--stream-output``), errors
-  in-band as ``data: {"error": {"message"}}``, then ``data: [DONE]``.
-- ``/health``, ``/health_generate``, ``/get_model_info`` (``/model_info``), ``/get_weight_version``,
-  ``/v1/models``, ``/flush_cache``, ``/abort_request``, ``/update_weights_from_disk`` {model_path,
-  weight_version} -> {success, message, num_paused_requests} (400 with success false, old weights
-  kept), ``/pause_generation`` {mode: abort | retract | in_place} (new requests wait; abort ends the
-  running ones with finish_reason abort), ``/continue_generation``.
+  body). ``sampling_params`` become ``SamplingParams(**sampling_params)``, a msgspec Struct in
+  0.5.17: an unknown key raises TypeError ("Unexpected keyword argument '<key>'"), which
+  http_server.generate_request does not catch (it catches ValueError): a plain 500 "Internal
+  Server Error", and in a stream (whose 200 is sent) a connection that breaks off without
+  ``[DONE]``. Defaults max_new_tokens=128, temperature=1.0, top_p=1.0, top_k=-1 (whole
+  vocabulary), skip_special_tokens=True; temperature below 1e-6 decodes greedily; verify()'s
+  limits and the context checks -> 400 ``{"error": {"message"}}`` (_create_error_response); stop
+  strings are refused under ``skip_tokenizer_init``. Answer {text, output_ids, meta_info{id,
+  finish_reason, prompt_tokens, weight_version, num_retractions, input_token_logprobs,
+  output_token_logprobs [[logprob, id, null]], output_token_logprobs_length, (input_top_logprobs,
+  output_top_logprobs), reasoning_tokens, completion_tokens, cached_tokens, e2e_latency (once
+  finished), response_sent_to_client_ts (the first answer sent)}} in that order
+  (TokenizerManager._handle_batch_output, add_logprob_to_meta_info, _wait_one_response); no
+  ``text`` under skip_tokenizer_init. Streaming: ``data: {...}`` events (text cumulative;
+  output_ids and logprob lists cumulative, or incremental with ``stream_output=True`` as
+  ``--stream-output``), errors in-band as ``data: {"error": {"message", "type":
+  "invalid_request_error", "code": 400, "retryable": false}}``, then ``data: [DONE]``.
+- Finish reasons (schedule_batch.py ``to_json``): {"type": "stop", "matched": id | string},
+  {"type": "length", "length"}, {"type": "abort", "message": "Aborted", "status_code": null,
+  "err_type": null} (FINISH_ABORT: the engine ended a running request). A request aborted before it
+  ran (/abort_request, /pause_generation abort) answers as _handle_abort_req builds it: finish_reason
+  {"type": "abort", "message": "Abort in waiting queue"}, meta_info {id, finish_reason,
+  weight_version, e2e_latency, (logprob lists), completion_tokens} and ``text`` "" even without a
+  tokenizer; the fake aborts every request that way (its engine returns no partial tokens).
+- ``/health``, ``/health_generate``, ``/get_model_info`` (deprecated) and ``/model_info``
+  {model_path, tokenizer_path, is_generation, preferred_sampling_params, weight_version,
+  has_image_understanding, has_audio_understanding, model_type, architectures},
+  ``/get_weight_version`` and ``/weight_version`` (404 in the ErrorResponse shape: deprecated),
+  ``/v1/models`` (ModelCard: id, object, created, owned_by, root, parent, max_model_len),
+  ``/flush_cache``, ``/abort_request``, ``/update_weights_from_disk`` {model_path, weight_version}
+  -> {success, message, num_paused_requests} (400 with success false and "Failed to get weights
+  iterator: <error>." when the checkpoint cannot be read: the old weights stay),
+  ``/pause_generation`` {mode: abort | retract | in_place} (new requests wait; abort ends the
+  running ones with finish_reason abort), ``/continue_generation``. Not implemented:
+  ``/update_weights_from_tensor`` (its body is SGLang's pickled CUDA IPC handles).
 
 Limits of the fake, not of SGLang: min_p, penalties, n, grammars, ignore_eos and logit_bias only
 at their neutral values (400 otherwise); stop_regex is refused. For tests: ``state.fail_next``
@@ -40,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from tokenizers import Tokenizer
 
 from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
@@ -80,6 +100,18 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": {"message": message}}, status_code=status)
 
 
+def _stream_error(message: str, status: int = 400) -> dict[str, Any]:
+    """An error after a stream's 200, as http_server.generate_request's stream_results sends it."""
+    return {"error": {"message": message, "type": "invalid_request_error", "code": status, "retryable": False}}
+
+
+def _model_config(model_path: str) -> dict[str, Any]:
+    try:
+        return json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateRequest, dict[str, Any]]:
     """GenerateReqInput + SamplingParams(**...) + normalize() + verify(), as the tokenizer manager."""
     ids, text = body.get("input_ids"), body.get("text")
@@ -92,7 +124,7 @@ def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateReques
     sp = dict(body.get("sampling_params") or {})
     unknown = sorted(set(sp) - SAMPLING_KEYS)
     if unknown:
-        raise ValueError(f"SamplingParams.__init__() got an unexpected keyword argument '{unknown[0]}'")
+        raise TypeError(f"Unexpected keyword argument '{unknown[0]}'")  # msgspec.Struct's __init__
     for key, neutral in NEUTRAL.items():
         if sp.get(key) not in (neutral, None):
             raise ValueError(f"fake SGLang: {key}={sp[key]!r} is not supported by the local engine")
@@ -136,31 +168,47 @@ def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateReques
     return GenerateRequest(prompt_ids=[int(t) for t in ids], sampling=params, request_id=rid), options
 
 
+WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}  # TokenizerManager._handle_abort_req
+
+
 def _finish(result: GenerateResult | None, max_new: int, aborted: bool) -> dict[str, Any] | None:
     if aborted:
-        return {"type": "abort", "message": "Abort in waiting queue", "status_code": None, "err_type": None}
+        return dict(WAITING_ABORT)
     if result is None:
         return None
     if result.finish_reason == "length":
         return {"type": "length", "length": max_new}
-    if result.finish_reason == "abort":
-        return {"type": "abort", "message": "aborted by the engine"}
+    if result.finish_reason == "abort":  # FINISH_ABORT().to_json()
+        return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
     return {"type": "stop", "matched": result.matched_stop}
 
 
 def _body(state: FakeSGLangState, req: GenerateRequest, opts: dict[str, Any], ids: list[int], lps: list[float],
           tops: list[Any] | None, finish: dict[str, Any] | None, started: float, sent: int) -> dict[str, Any]:
-    """One answer, or one stream event (``sent``: tokens already streamed, for incremental events)."""
+    """One answer, or one stream event (``sent``: tokens already streamed, for incremental events), with
+    meta_info's keys in the order the tokenizer manager writes them (module docstring)."""
     cut = sent if opts["stream"] and state.stream_output else 0
-    meta: dict[str, Any] = {"id": opts["rid"], "finish_reason": finish, "prompt_tokens": len(req.prompt_ids),
-                            "weight_version": state.weight_version, "completion_tokens": len(ids),
-                            "cached_tokens": 0, "e2e_latency": time.monotonic() - started}
+    aborted = finish == WAITING_ABORT
+    meta: dict[str, Any] = {"id": opts["rid"], "finish_reason": finish}
+    if not aborted:
+        meta.update(prompt_tokens=len(req.prompt_ids), weight_version=state.weight_version, num_retractions=0)
+    else:
+        meta.update(weight_version=state.weight_version, e2e_latency=time.monotonic() - started)
     if opts["return_logprob"]:
         meta["input_token_logprobs"] = []
         meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids, strict=True)][cut:]
+        meta["output_token_logprobs_length"] = len(ids)
         if req.sampling.top_logprobs:
             meta["input_top_logprobs"] = []
             meta["output_top_logprobs"] = [[[x.logprob, x.token_id, None] for x in top] for top in tops or []][cut:]
+    if aborted:
+        meta["completion_tokens"] = len(ids)
+        return {"text": "", "output_ids": ids[cut:], "meta_info": meta}
+    meta.update(reasoning_tokens=0, completion_tokens=len(ids), cached_tokens=0)
+    if finish is not None:
+        meta["e2e_latency"] = time.monotonic() - started
+    if sent == 0:  # set once, on the first answer sent (_wait_one_response)
+        meta["response_sent_to_client_ts"] = time.time()
     out: dict[str, Any] = {"output_ids": ids[cut:], "meta_info": meta}
     if not state.skip_tokenizer_init:
         text = state.decoder.decode(ids, skip_special_tokens=opts["skip_special_tokens"])
@@ -198,6 +246,8 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
             req, opts = _parse(body, state)
         except ValueError as exc:
             return _error(str(exc))
+        except TypeError:  # not caught by SGLang's handler: Starlette's plain 500
+            return PlainTextResponse("Internal Server Error", status_code=500)
         started = time.monotonic()
         task = asyncio.ensure_future(state.engine.generate(req))
         state.running[opts["rid"]] = task
@@ -222,9 +272,10 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         try:
             req, opts = _parse(body, state)
         except ValueError as exc:  # after the 200: the error is reported in-band
-            yield event({"error": {"message": str(exc)}})
+            yield event(_stream_error(str(exc)))
             yield b"data: [DONE]\n\n"
             return
+        # a TypeError (an unknown sampling key) propagates: the ASGI server breaks the connection off
         started, rid = time.monotonic(), opts["rid"]
         state.running[rid] = None
         ids: list[int] = []
@@ -258,18 +309,25 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
     @app.get("/get_model_info")
     @app.get("/model_info")
     async def model_info() -> dict[str, Any]:
+        config = _model_config(state.model_path)
         return {"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True,
-                "preferred_sampling_params": None, "weight_version": state.weight_version}
+                "preferred_sampling_params": None, "weight_version": state.weight_version,
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": config.get("model_type"), "architectures": config.get("architectures")}
 
     @app.get("/get_weight_version")
-    async def weight_version() -> dict[str, Any]:
-        return {"weight_version": state.weight_version}
+    @app.get("/weight_version")
+    async def weight_version() -> JSONResponse:  # deprecated in 0.5.17: an HTTPException(404) in ErrorResponse form
+        return JSONResponse({"object": "error", "message": "Endpoint '/get_weight_version' or '/weight_version' is "
+                             "deprecated. Please use '/model_info' instead.", "type": "404", "param": None,
+                             "code": 404}, status_code=404)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": state.served_model_name, "object": "model",
                                             "created": int(time.time()), "owned_by": "sglang",
-                                            "root": state.served_model_name, "max_model_len": state.context_len}]}
+                                            "root": state.served_model_name, "parent": None,
+                                            "max_model_len": state.context_len}]}
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
@@ -284,8 +342,8 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         try:
             await state.engine.update_weights(body["model_path"])
         except Exception as exc:
-            return JSONResponse({"success": False, "message": f"Failed to get weights iterator: {exc}. Rolling back "
-                                 "to original weights.", "num_paused_requests": 0}, status_code=400)
+            return JSONResponse({"success": False, "message": f"Failed to get weights iterator: {exc}.",
+                                 "num_paused_requests": 0}, status_code=400)
         message = "Succeeded to update model weights."
         if body.get("weight_version") is not None:
             state.weight_version = str(body["weight_version"])

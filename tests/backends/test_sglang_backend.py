@@ -101,18 +101,32 @@ def test_sampling_params_map_to_sglang_names(engine, prompts, fresh):
     assert "sampling_seed" not in no_seed["sampling_params"]
 
 
-def test_an_unknown_sampling_key_is_a_clear_400_without_retries(prompts, fresh, engine, tiny_model_path):
+def test_an_unknown_sampling_key_is_a_server_error_and_a_bad_value_a_clear_400(prompts, fresh, engine,
+                                                                                 tiny_model_path):
+    """SGLang 0.5.17 builds its SamplingParams (a msgspec Struct) from ``sampling_params``: an unknown key is a
+    TypeError that /generate does not catch (it catches ValueError), so the answer is a plain 500, retried like
+    any 500, and a stream breaks off after its 200. A bad value is verify()'s ValueError: a 400 naming it."""
     urls, fakes = fresh
 
     async def body(b: SGLangBackend):
+        with pytest.raises(BackendError, match="500"):
+            await b.generate(request(prompts[0]))
+        assert len(fakes[0].requests) == 3  # retried: SGLang's answer does not say the request was bad
+        with pytest.raises(BackendError):
+            await collect(b.stream(request(prompts[0])))
+
+    run(using(SGLangBackend(urls[:1], extra_sampling={"not_a_param": 1}, retries=2, backoff_s=0.01), body))
+
+    async def bad_value(b: SGLangBackend):
         with pytest.raises(BackendError) as caught:
             await b.generate(request(prompts[0]))
-        assert caught.value.status_code == 400 and "not_a_param" in str(caught.value)
+        assert caught.value.status_code == 400 and "top_p must be in (0, 1]" in str(caught.value)
         with pytest.raises(BackendError) as streamed:  # after the 200 of a stream: reported in-band
             await collect(b.stream(request(prompts[0])))
-        assert streamed.value.status_code == 400 and "not_a_param" in str(streamed.value)
+        assert streamed.value.status_code == 400 and "top_p must be in (0, 1]" in str(streamed.value)
 
-    run(using(SGLangBackend(urls[:1], extra_sampling={"not_a_param": 1}), body))
+    fakes[0].requests.clear()
+    run(using(SGLangBackend(urls[:1], extra_sampling={"top_p": 2.0}), bad_value))
     assert len(fakes[0].requests) == 2  # one each: a 400 is not retried
     # a server started by verl (--skip-tokenizer-init) refuses stop strings; the reason reaches the caller
     app = fake_sglang.create_app(engine, model_path=tiny_model_path, skip_tokenizer_init=True)
