@@ -71,7 +71,7 @@ def test_a_bad_new_message_is_reported_at_its_place_in_the_whole_list(gateway):
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages.1.role", r.text
     r = httpx.post(f"{url}/sessions/bad/v1/chat/completions", content=b'{"model": "policy", "messages": [',
                    headers={"content-type": "application/json"}, timeout=30)
-    assert r.status_code == 400 and r.json()["error"]["message"] == "request body is not valid JSON", r.text
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("request body is not valid JSON"), r.text
     r = httpx.post(f"{url}/sessions/bad/v1/chat/completions", timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", r.text
 

@@ -21,7 +21,7 @@ from agentr1.gateway.backends.base import Backend
 from agentr1.gateway.backends.factory import build_backend
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicies, Summarizer, backend_summarizer, build_policy
-from agentr1.gateway.errors import error_body, install_error_handlers
+from agentr1.gateway.errors import UnhandledErrors, error_payload, install_error_handlers
 from agentr1.gateway.metrics import Metrics
 from agentr1.gateway.routes import admin, health, openai, sessions
 from agentr1.gateway.sessions import SessionRegistry
@@ -112,6 +112,7 @@ def create_app(
     if settings.max_concurrent_per_key > 0:
         app.add_middleware(KeyConcurrencyLimit, limit=settings.max_concurrent_per_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, metrics=metrics)
+    app.add_middleware(UnhandledErrors)  # the last added: the outermost of ours, around the limits too
     return app
 
 
@@ -140,7 +141,7 @@ class BodyLimitMiddleware:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _send_413(send, self.max_bytes)
+            await _send_413(send, self.max_bytes, scope["path"])
             return
         received, too_large = 0, False
 
@@ -168,17 +169,18 @@ class BodyLimitMiddleware:
         finally:
             self.metrics.in_flight -= 1
         if too_large:
-            await _send_413(send, self.max_bytes)
+            await _send_413(send, self.max_bytes, scope["path"])
 
 
 class _BodyTooLarge(Exception):
     pass
 
 
-async def _send_413(send: Send, max_bytes: int) -> None:
+async def _send_413(send: Send, max_bytes: int, path: str) -> None:
     import json
 
-    body = json.dumps(error_body(413, f"request body is larger than {max_bytes} bytes", "request_too_large")).encode()
+    body = json.dumps(error_payload(413, f"request body is larger than {max_bytes} bytes", path,
+                                   code="request_too_large")).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -3,6 +3,7 @@ Anthropic Messages routes in Anthropic's: {"type": "error", "error": {"type", "m
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Any
@@ -11,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentr1.gateway.backends.base import BackendError
 
@@ -35,9 +37,10 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.param, self.retry_after = status, message, code, param, retry_after
+        self.headers = headers  # more headers of the answer (the session of a call whose step was stored)
 
 
 def error_type(status: int) -> str:
@@ -49,14 +52,25 @@ def error_body(status: int, message: str, code: str | None = None, param: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def error_payload(status: int, message: str, path: str, *, code: str | None = None,
+                  param: str | None = None) -> dict[str, Any]:
+    """The error in the shape of the API at ``path``: Anthropic's for /v1/messages, OpenAI's elsewhere (the
+    Responses API shares OpenAI's)."""
+    if ANTHROPIC_PATH.search(path):
+        return anthropic_error(status, message)
+    return error_body(status, message, code, param)
+
+
 def error_response(status: int, message: str, *, code: str | None = None, param: str | None = None,
-                   retry_after: float | None = None, request: Request | None = None) -> JSONResponse:
-    """The error in the shape of the API the request spoke: Anthropic's for /v1/messages, OpenAI's elsewhere
-    (the Responses API shares OpenAI's)."""
-    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
-    if request is not None and ANTHROPIC_PATH.search(request.url.path):
-        return JSONResponse(anthropic_error(status, message), status_code=status, headers=headers)
-    return JSONResponse(error_body(status, message, code, param), status_code=status, headers=headers)
+                   retry_after: float | None = None, request: Request | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """The error in the shape of the API the request spoke (:func:`error_payload`)."""
+    headers = dict(headers or {})
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(retry_after)))
+    path = request.url.path if request is not None else ""
+    return JSONResponse(error_payload(status, message, path, code=code, param=param), status_code=status,
+                        headers=headers or None)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -67,7 +81,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(loc) or None
     if first.get("type") == "json_invalid":
-        return "request body is not valid JSON", None
+        reason = (first.get("ctx") or {}).get("error")
+        return "request body is not valid JSON" + (f" ({reason})" if reason else ""), None
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     return f"{param or 'body'}: {first.get('msg', 'invalid')}{more}", param
 
@@ -76,7 +91,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
         return error_response(exc.status, exc.message, code=exc.code, param=exc.param, retry_after=exc.retry_after,
-                              request=request)
+                              request=request, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -93,8 +108,36 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, f"model backend failed: {exc}", code="backend_error",
                               retry_after=exc.retry_after if exc.retry_after is not None else 1.0, request=request)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(500, f"internal error ({type(exc).__name__}); see the gateway log", code="internal_error",
-                              request=request)
+
+class UnhandledErrors:
+    """The innermost middleware: an exception no handler took (a bug) becomes a 500 in the API's shape, and the
+    exception ends here. Starlette's own last handler answers the same 500 but re-raises the exception for the
+    server to log, and uvicorn then closes the connection: a pooled client's next request on it failed with a
+    connection reset. A stream whose answer had begun is cut off, as it must be (its status line is gone)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except Exception as exc:
+            if started:
+                raise
+            log.exception("unhandled error")
+            body = json.dumps(error_payload(500, f"internal error ({type(exc).__name__}); see the gateway log",
+                                            scope.get("path", ""), code="internal_error")).encode()
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})

@@ -63,6 +63,7 @@ class CallInput:
     prompts: list[list[int]] | None = None  # token ids: a text completion (one step per prompt and sample)
     tools: list[dict[str, Any]] | None = None  # OpenAI chat tools
     tool_choice: Any = None
+    parallel_tool_calls: bool = False  # a forced call may be followed by more (the client asked for it)
     grammar: GrammarSpec | None = None  # constrained decoding asked by the format (response_format, text.format)
     messages_sent: Any = None  # the request as the agent sent it, in its own format (default: ``messages``)
     session_hint: str | None = None  # the session of the conversation it continues, if the call names none
@@ -194,7 +195,8 @@ class ModelCall:
         grammar = self.spec.grammar
         if self.plan is not None and getattr(self.gw.backend, "accepts_grammar", False):
             # a forced call wins over response_format: the prompt already opened the call, the turn has no content
-            grammar = tool_call_grammar(self.tools, self.spec.tool_choice, self.plan.prefill) or grammar
+            grammar = tool_call_grammar(self.tools, self.spec.tool_choice, self.plan.prefill,
+                                        parallel=self.spec.parallel_tool_calls) or grammar
         for p, ids in enumerate(self.prompts):
             for i in range(self.spec.n):
                 sampling = self.spec.sampling.copy()
@@ -354,7 +356,8 @@ class ModelCall:
         The prompt opens the call; a model that still writes no valid call gets the call answered with 422
         ``tool_choice_not_satisfied`` (its steps stay stored: they are what the policy sampled), never with
         plain content the request ruled out. Under a tool-call grammar (Hermes renderers on a backend with
-        ``accepts_grammar``) only a call cut short by ``max_tokens`` can still fail here."""
+        ``accepts_grammar``) no call can fail here. A choice cut short by ``max_tokens`` is answered as it is, with
+        ``finish_reason`` "length", as OpenAI answers it."""
         choice = self.spec.tool_choice
         if not self.is_chat or self.external or not (choice == "required" or isinstance(choice, dict)):
             return outcome
@@ -363,10 +366,11 @@ class ModelCall:
             offered = {str((choice.get("function") or {}).get("name", choice.get("name")))}
         for c in outcome.choices:
             names = [tc["function"]["name"] for tc in c.message.get("tool_calls") or []]
-            if not names or any(n not in offered for n in names):
+            if c.finish_reason != "length" and (not names or any(n not in offered for n in names)):
                 raise APIError(422, f"tool_choice asked for a call to {sorted(offered)}, but the model wrote no valid "
                                     f"call (step {c.step} records what it sampled); retry to sample again",
-                               code="tool_choice_not_satisfied", param="tool_choice")
+                               code="tool_choice_not_satisfied", param="tool_choice",
+                               headers={"X-Agentr1-Steps": ",".join(map(str, outcome.steps))})
         return outcome
 
     def _outcome(self, choices: list[Choice], indices: list[int], external: list[Any] | None) -> CallOutcome:

@@ -7,36 +7,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from agentr1.gateway.limits import check_json_value
 
 
-def _reject_lone_surrogates(data: Any) -> Any:
-    """JSON may carry escapes like "\\ud800" that decode to strings no tokenizer or serializer accepts: a 400 here,
-    not a 500 in the tokenizer or a stored session whose trace cannot be read back. Iterative: any depth.
-    Fast path: orjson encodes the whole body in C and refuses surrogates; only when it refuses (or meets a
-    type it does not encode) are the strings walked one by one, for the exact verdict."""
-    try:
-        orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
-        return data
-    except (orjson.JSONEncodeError, TypeError):
-        pass
-    stack = [data]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            if not value.isascii():
-                try:
-                    value.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ValueError("strings must be valid Unicode (a lone surrogate \\ud800-\\udfff escape "
-                                     "is not)") from None
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return data
+class _Body(BaseModel):
+    """A whole request body: bounded in depth and valid Unicode (:func:`~agentr1.gateway.limits.check_json_value`)
+    before any field is validated."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        return check_json_value(data)
 
 
 class _Open(BaseModel):
@@ -51,12 +34,31 @@ class ChatMessage(_Open):
     tool_call_id: str | None = None
 
     @model_validator(mode="after")
-    def _has_content(self) -> ChatMessage:
-        """As at OpenAI: every message has content, but an assistant message that calls tools."""
+    def _has_content(self, info: ValidationInfo) -> ChatMessage:
+        """As at OpenAI: every message has content, but an assistant message that calls tools; a tool call has an
+        id, a function name and its arguments as a string; a tool message names the call it answers. With the
+        ``lenient_tool_history`` setting (validation context), the id, the arguments' type and ``tool_call_id`` go
+        unchecked."""
         if self.content is None and not (self.role == "assistant" and (self.tool_calls or
                                                                        self.model_extra.get("function_call"))):
             raise ValueError(f"a {self.role} message needs content"
                              + (" or tool_calls" if self.role == "assistant" else ""))
+        lenient = bool(info.context and info.context.get("lenient_tool_history"))
+        for k, call in enumerate(self.tool_calls or ()):
+            function = call.get("function")
+            if call.get("type", "function") != "function" or not isinstance(function, dict) \
+                    or not isinstance(function.get("name"), str) or not function["name"]:
+                raise ValueError(f"tool_calls[{k}] must be {{'id': ..., 'type': 'function', 'function': "
+                                 "{'name': ..., 'arguments': ...}}")
+            if lenient:
+                continue
+            if not isinstance(call.get("id"), str):
+                raise ValueError(f"tool_calls[{k}].id is required (a string: the id a tool message answers)")
+            if not isinstance(function.get("arguments"), str):
+                raise ValueError(f"tool_calls[{k}].function.arguments must be a string (the arguments as JSON "
+                                 "text)")
+        if self.role == "tool" and self.tool_call_id is None and not lenient:
+            raise ValueError("a tool message needs tool_call_id (the id of the tool call it answers)")
         return self
 
 
@@ -64,7 +66,7 @@ class StreamOptions(_Open):
     include_usage: bool = False
 
 
-class SamplingFields(_Open):
+class SamplingFields(_Open, _Body):
     model: str
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
@@ -76,11 +78,6 @@ class SamplingFields(_Open):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop_token_ids: list[int] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        return _reject_lone_surrogates(data)
 
     @field_validator("stop")
     @classmethod
@@ -122,7 +119,7 @@ class CompletionRequest(SamplingFields):
         return v
 
 
-class SessionCreate(BaseModel):
+class SessionCreate(_Body):
     model_config = ConfigDict(extra="forbid")
     session_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
     run_id: str | None = Field(None, max_length=64)
@@ -132,13 +129,8 @@ class SessionCreate(BaseModel):
     # The session's context policy: a name or {"policy": name, ...options}; stored as metadata["context"].
     context: str | dict[str, Any] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        return _reject_lone_surrogates(data)
 
-
-class RewardCreate(BaseModel):
+class RewardCreate(_Body):
     model_config = ConfigDict(extra="forbid")
     value: float = Field(allow_inf_nan=False)
     name: str = Field("reward", max_length=255)
@@ -146,7 +138,7 @@ class RewardCreate(BaseModel):
     source: Literal["agent", "environment", "judge"] = "agent"
 
 
-class SessionFinish(BaseModel):
+class SessionFinish(_Body):
     model_config = ConfigDict(extra="forbid")
     status: Literal["finished", "failed", "abandoned"] = "finished"
     reward: float | None = Field(None, allow_inf_nan=False)
@@ -163,12 +155,12 @@ class SessionEnding(SessionFinish):
 MAX_SESSIONS_PER_REQUEST = 4096  # a list of sessions to open or to end in one request
 
 
-class WeightUpdate(BaseModel):
+class WeightUpdate(_Body):
     model_config = ConfigDict(extra="forbid")
     path: str
 
 
-class ResponsesRequest(_Open):
+class ResponsesRequest(_Open, _Body):
     """``POST /v1/responses`` (OpenAI Responses API); items are checked by the codec, which names the bad one."""
 
     model: str
@@ -190,18 +182,13 @@ class ResponsesRequest(_Open):
     truncation: str | None = None
     user: str | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        return _reject_lone_surrogates(data)
-
 
 class AnthropicMessage(_Open):
     role: Literal["user", "assistant"]
     content: str | list[dict[str, Any]]
 
 
-class MessagesRequest(_Open):
+class MessagesRequest(_Open, _Body):
     """``POST /v1/messages`` (Anthropic Messages API): ``max_tokens`` is required, as Anthropic requires it."""
 
     model: str
@@ -218,11 +205,6 @@ class MessagesRequest(_Open):
     metadata: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        return _reject_lone_surrogates(data)
-
     @field_validator("stop_sequences")
     @classmethod
     def _stops(cls, v: list[str] | None) -> list[str] | None:
@@ -231,7 +213,7 @@ class MessagesRequest(_Open):
         return v
 
 
-class CountTokensRequest(_Open):
+class CountTokensRequest(_Open, _Body):
     model: str
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None

@@ -64,6 +64,7 @@ class SessionState:
     last_call: list[int] = field(default_factory=list)  # the last call's own step indices (a retry replaces these)
     recent: list[tuple[int, PreviousTurn]] = field(default_factory=list)  # the last steps: where a branch may fork
     auto: bool = False
+    implicit: bool = False  # created by a call (auto, or named in a URL), not by POST /sessions: see discard_unused
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # taken by a call to plan its prompt and to record
     in_flight: int = 0  # calls of this session between attribution and their end (streamed ones included)
     sampling: SamplingOverride | None = None  # how every call of the session is decoded (metadata "sampling")
@@ -105,15 +106,19 @@ class SessionRegistry:
 
     async def create(self, *, run_id: str | None = None, task_id: str | None = None, group_id: str | None = None,
                      metadata: dict[str, Any] | None = None, session_id: str | None = None,
-                     policy_version: int = 0, auto: bool = False) -> tuple[SessionState, str]:
+                     policy_version: int = 0, auto: bool = False,
+                     implicit: bool = False) -> tuple[SessionState, str]:
         (created,) = await self.create_many([NewSession(run_id=run_id, task_id=task_id, group_id=group_id,
                                                         metadata=metadata, policy_version=policy_version,
-                                                        session_id=session_id)], auto=auto)
+                                                        session_id=session_id)], auto=auto, implicit=implicit)
         return created
 
-    async def create_many(self, sessions: list[NewSession], *, auto: bool = False) -> list[tuple[SessionState, str]]:
+    async def create_many(self, sessions: list[NewSession], *, auto: bool = False,
+                          implicit: bool = False) -> list[tuple[SessionState, str]]:
         """Create ``sessions`` (run: the default one where none is given) in one store transaction, all or none (a
-        409 ``session_exists`` if an id is taken); each one's state and key."""
+        409 ``session_exists`` if an id is taken); each one's state and key. ``implicit`` (auto sessions are): a
+        call creates them, nobody is given their key."""
+        implicit = implicit or auto
         overrides = [sampling_override(s.metadata) for s in sessions]  # a bad one is a 400 before anything is written
         keys = [new_session_key() for _ in sessions]
         hashes = [hash_key(key) for key in keys]
@@ -126,9 +131,11 @@ class SessionRegistry:
             raise APIError(409, str(exc), code="session_exists") from exc
         created = []
         for sid, session, key, digest, override in zip(ids, sessions, keys, hashes, overrides, strict=True):
-            state = SessionState(id=sid, run_id=session.run_id, status="running", auto=auto, sampling=override)
+            state = SessionState(id=sid, run_id=session.run_id, status="running", auto=auto, implicit=implicit,
+                                 sampling=override)
             self._remember(state)
-            self._keys[digest] = sid
+            if not implicit:
+                self._keys[digest] = sid
             created.append((state, key))
         return created
 
@@ -143,7 +150,7 @@ class SessionRegistry:
             metadata: dict[str, Any] = {"created_on_first_call": True}
             if parent:
                 metadata["parent_session"] = parent[:64]
-            await self.create(session_id=session_id, metadata=metadata)
+            await self.create(session_id=session_id, metadata=metadata, implicit=True)
         except APIError as exc:
             if exc.code != "session_exists":
                 raise
@@ -167,6 +174,7 @@ class SessionRegistry:
             last_call=[] if last is None else [last.index],
             recent=[] if last is None else [(last.index, previous_from_step(last))],
             auto=bool(record.metadata.get("auto")),
+            implicit=bool(record.metadata.get("auto") or record.metadata.get("created_on_first_call")),
             sampling=sampling_override(record.metadata),
         )
         # Another request may have loaded it meanwhile: keep the first so there is one lock.
@@ -198,6 +206,19 @@ class SessionRegistry:
                 if sid in ended:
                     del self._auto_by_conversation[conv]
         return failures
+
+    async def discard_unused(self, state: SessionState) -> bool:
+        """Forget and delete a session that a call created (:attr:`SessionState.implicit`) when no call of it is in
+        flight and none stored a step: a refused call leaves nothing behind. Whether it did. The state is
+        forgotten before the store is asked (in place, on the loop, with SQLite), so a later call of the same name
+        finds the session anew or creates it again."""
+        if not state.implicit or state.in_flight or state.next_index or state.status != "running":
+            return False
+        if self._states.get(state.id) is state:
+            del self._states[state.id]
+        state.status = "discarded"  # a call still holding this state (none should) is refused, not recorded
+        return bool(await _in_place_or_thread(lambda: self.store.try_discard_session(state.id),
+                                              lambda: self.store.discard_session(state.id)))
 
     def _remember(self, state: SessionState) -> None:
         self._states[state.id] = state

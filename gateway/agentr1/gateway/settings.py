@@ -86,6 +86,12 @@ class GatewaySettings(BaseSettings):
         0, ge=0, description="Mark running sessions without a call for this many seconds as abandoned (an agent "
         "or a gateway that died mid-session); checked periodically. 0: never.",
     )
+    lenient_tool_history: bool = Field(
+        False, description="Accept what OpenAI and Anthropic refuse in a conversation's tool calls: a tool message "
+        "without tool_call_id or answering no call of the turn before it, tool-call arguments that are not a string, "
+        "an Anthropic tool_use input that is not an object (for agents written against lenient servers). Off: 400, "
+        "as the real APIs answer. docs/gateway.md",
+    )
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1, description="Larger request bodies get 413.")
     # -- images (vision-language models: docs/multimodal.md)
     image_max_bytes: int = Field(10 * 1024 * 1024, ge=1, description="Largest image accepted (encoded bytes); "

@@ -10,14 +10,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, exists, insert, select, update
 
 from agentr1.store.errors import SessionExists, SessionNotRunning, StoreError, UnknownSession
 from agentr1.store.records import NewSession, SessionEnd
-from agentr1.store.schema import RewardRow, SessionRow
+from agentr1.store.schema import RewardRow, SessionRow, StepRow
 
-__all__ = ["FINAL_STATUSES", "SESSIONS_FOUND", "check_ends", "end_sessions", "insert_sessions", "new_id",
-           "session_rows"]
+__all__ = ["FINAL_STATUSES", "SESSIONS_FOUND", "check_ends", "discard_session", "end_sessions", "insert_sessions",
+           "new_id", "session_rows"]
 
 FINAL_STATUSES = ("finished", "failed", "abandoned")
 _SESSIONS = SessionRow.__table__
@@ -28,6 +28,13 @@ _FINISH_SESSION = (
     update(_SESSIONS)
     .where(_SESSIONS.c.id == bindparam("b_id"), _SESSIONS.c.status == "running")
     .values(status=bindparam("b_status"), error=bindparam("b_error"), finished_at=bindparam("b_finished_at"))
+)
+
+_REWARDS = RewardRow.__table__
+_DISCARD_SESSION = delete(_SESSIONS).where(
+    _SESSIONS.c.id == bindparam("id"), _SESSIONS.c.status == "running",
+    ~exists().where(StepRow.__table__.c.session_id == _SESSIONS.c.id),
+    ~exists().where(_REWARDS.c.session_id == _SESSIONS.c.id),
 )
 
 
@@ -79,3 +86,8 @@ def end_sessions(conn: Connection, ends: Sequence[SessionEnd]) -> list[StoreErro
     if rewards:
         conn.execute(insert(RewardRow), rewards)
     return failures
+
+
+def discard_session(conn: Connection, session_id: str) -> bool:
+    """Delete the session ``session_id`` if it is running and holds no step and no reward; whether it did."""
+    return bool(conn.execute(_DISCARD_SESSION, {"id": session_id}).rowcount)  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, Ru
 from agentr1.store.session_writes import (
     SESSIONS_FOUND,
     check_ends,
+    discard_session,
     end_sessions,
     insert_sessions,
     new_id,
@@ -275,6 +276,18 @@ class TraceStore:
             return []
         done, failures = self._writes.transaction(lambda conn: end_sessions(conn, ends), wait=wait)
         return failures if done else None
+
+    def discard_session(self, session_id: str) -> bool:
+        """Delete a running session that holds no step and no reward (a gateway's session that its only calls
+        left empty: they were refused); whether it did."""
+        done, discarded = self._writes.transaction(lambda conn: discard_session(conn, session_id), wait=True)
+        return bool(done and discarded)
+
+    def try_discard_session(self, session_id: str) -> bool | None:
+        """:meth:`discard_session` if it need not wait (see :mod:`agentr1.store.writes`); None, with nothing written,
+        if it would."""
+        done, discarded = self._writes.transaction(lambda conn: discard_session(conn, session_id), wait=False)
+        return bool(discarded) if done else None
 
     def abandon_stale(self, older_than: dt.datetime, *, run_id: str | None = None) -> int:
         """Mark running sessions with no activity since ``older_than`` (created before it, no step stored

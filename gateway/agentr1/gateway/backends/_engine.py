@@ -441,7 +441,8 @@ class BatchEngine:
             self.stats.tokens_generated += 1
             self._check_stop(row)
             if row.finish_reason is None and len(row.output_ids) > row.streamed:
-                row.sink.delta(row.output_ids[row.streamed :], row.logprobs[row.streamed :])
+                tops = row.top_logprobs[row.streamed :] if row.top_logprobs is not None else None
+                row.sink.delta(row.output_ids[row.streamed :], row.logprobs[row.streamed :], tops)
                 row.streamed = len(row.output_ids)
 
     def _check_stop(self, row: Row) -> None:

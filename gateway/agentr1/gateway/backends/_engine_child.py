@@ -37,9 +37,9 @@ class _Sink:
     def __init__(self, peer: _Peer, rid: int, streaming: bool) -> None:
         self.peer, self.rid, self.streaming = peer, rid, streaming
 
-    def delta(self, token_ids: list[int], logprobs: list[float]) -> None:
+    def delta(self, token_ids: list[int], logprobs: list[float], tops: list[Any] | None = None) -> None:
         if self.streaming:
-            self.peer.send(("delta", self.rid, list(token_ids), list(logprobs)))
+            self.peer.send(("delta", self.rid, list(token_ids), list(logprobs), tops))
 
     def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
         self.peer.rows.pop(self.rid, None)

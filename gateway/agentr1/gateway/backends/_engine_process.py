@@ -127,7 +127,7 @@ class EngineLink:
             if kind == "delta":
                 row = self.rows.get(message[1])
                 if row is not None:
-                    row.sink.delta(message[2], message[3])
+                    row.sink.delta(message[2], message[3], message[4])
             elif kind in ("result", "error"):
                 self.stats.__dict__.update(message[-1])
                 row = self.rows.pop(message[1], None)

@@ -70,17 +70,31 @@ def build_grammar(spec: GrammarSpec) -> Any:
         if spec.kind == "tagged_json":
             if not spec.alternatives:
                 raise ValueError("tagged_json needs at least one alternative")
-            options = []
-            for before, schema, after in spec.alternatives:
-                parts = [g for g in (_literal(before), _schema(schema), _literal(after)) if g is not None]
-                options.append(xgr.Grammar.concat(*parts) if len(parts) > 1 else parts[0])
-            return xgr.Grammar.union(*options) if len(options) > 1 else options[0]
+            first = _one_of(spec.alternatives)
+            if not spec.more or spec.max_more < 1:
+                return first
+            more, none = _one_of(spec.more), xgr.Grammar.from_ebnf('root ::= ""')
+            rest = none
+            for _ in range(spec.max_more):  # none, or one more and then the rest: at most max_more more
+                rest = xgr.Grammar.union(none, xgr.Grammar.concat(more, rest))
+            return xgr.Grammar.concat(first, rest)
     except ValueError:
         raise
     except Exception as exc:  # xgrammar raises RuntimeError / its own errors for bad schemas and patterns
         reason = re.sub(r"^\[[\d:]+\] \S+: ", "", str(exc).strip())  # xgrammar's "[time] file.cc:line: " prefix
         raise ValueError(f"cannot build the {spec.kind} grammar: {reason}") from exc
     raise ValueError(f"unknown grammar kind {spec.kind!r}")
+
+
+def _one_of(alternatives: tuple[tuple[str, str, str], ...]) -> Any:
+    """The grammar of any one of ``alternatives`` (text before, JSON Schema, text after)."""
+    import xgrammar as xgr
+
+    options = []
+    for before, schema, after in alternatives:
+        parts = [g for g in (_literal(before), _schema(schema), _literal(after)) if g is not None]
+        options.append(xgr.Grammar.concat(*parts) if len(parts) > 1 else parts[0])
+    return xgr.Grammar.union(*options) if len(options) > 1 else options[0]
 
 
 def to_ebnf(spec: GrammarSpec) -> str:

@@ -51,6 +51,10 @@ class TokenOutput:
         self.top: list[list[TokenLogprob]] = []
         self.top_n = top_n
 
+    def newest_top(self, n: int) -> list[list[TokenLogprob]] | None:
+        """The alternatives of the ``n`` newest tokens (None when none were asked for)."""
+        return self.top[len(self.top) - n:] if self.top_n else None
+
 
 class RemoteBase:
     """Pool, HTTP client, retries and the pause gate; subclasses speak one server's protocol."""

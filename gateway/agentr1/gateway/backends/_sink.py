@@ -25,9 +25,10 @@ class Sink:
         except RuntimeError:  # the loop is closed: nobody waits any more
             pass
 
-    def delta(self, token_ids: list[int], logprobs: list[float]) -> None:
+    def delta(self, token_ids: list[int], logprobs: list[float], tops: list[Any] | None = None) -> None:
         if self.queue is not None:
-            self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs)))
+            self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs),
+                                                          top_logprobs=None if tops is None else list(tops)))
 
     def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
         if self.queue is not None:

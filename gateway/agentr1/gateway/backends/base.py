@@ -69,13 +69,16 @@ class GrammarSpec:
     - ``tagged_json``: one of ``alternatives``, each ``(text before, JSON Schema as JSON text, text after)``:
       a forced tool call in the renderer's syntax, e.g. ``'{"name": "calc", "arguments": '``, the tool's
       parameters schema, ``'}\\n</tool_call>'`` (the part of the call the prompt already opened is not
-      in it).
+      in it). Then up to ``max_more`` further calls, each one of ``more`` (the whole call, from the text
+      between two calls on: parallel tool calls), or none.
 
     Frozen and made of strings: it is its own cache key for compiled grammars."""
 
     kind: Literal["json_object", "json_schema", "regex", "ebnf", "tagged_json"]
     value: str = ""
     alternatives: tuple[tuple[str, str, str], ...] = ()
+    more: tuple[tuple[str, str, str], ...] = ()
+    max_more: int = 0
 
 
 @dataclass(slots=True)
@@ -121,11 +124,13 @@ class GenerateResult:
 
 @dataclass(slots=True)
 class StreamDelta:
-    """Tokens sampled since the previous delta; the last delta carries ``result``."""
+    """Tokens sampled since the previous delta; the last delta carries ``result``. ``top_logprobs``: each token's
+    alternatives, when the request asked for them (``SamplingParams.top_logprobs``)."""
 
     token_ids: list[int]
     logprobs: list[float]
     result: GenerateResult | None = None
+    top_logprobs: list[list[TokenLogprob]] | None = None
 
 
 @runtime_checkable

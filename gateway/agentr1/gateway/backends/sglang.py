@@ -204,7 +204,7 @@ class SGLangBackend(RemoteBase):
                     yield StreamDelta(new_ids, new_lps, result=self._result(out, meta, request))
                     return
                 if new_ids:
-                    yield StreamDelta(new_ids, new_lps)
+                    yield StreamDelta(new_ids, new_lps, top_logprobs=out.newest_top(len(new_ids)))
         except httpx.HTTPError as exc:
             raise transport_error(exc, server, self.timeout) from exc
         raise Retry(BackendError(f"SGLang {server.url} ended the stream before the generation finished"),

@@ -179,7 +179,7 @@ class VLLMBackend(RemoteBase):
                     if choice.get("finish_reason") is not None:
                         final = choice
                     if new_ids:
-                        yield StreamDelta(new_ids, new_lps)
+                        yield StreamDelta(new_ids, new_lps, top_logprobs=out.newest_top(len(new_ids)))
         except httpx.HTTPError as exc:
             raise transport_error(exc, server, self.timeout) from exc
         if final is None:

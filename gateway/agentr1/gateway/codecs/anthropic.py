@@ -15,7 +15,7 @@ from typing import Any
 
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import sampling_params
-from agentr1.gateway.codecs.tools import check_tools, function_tool
+from agentr1.gateway.codecs.tools import check_tools, function_tool, unanswered_result
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.model_call import CallInput, CallOutcome, ModelCall
 from agentr1.gateway.schemas import CountTokensRequest, MessagesRequest
@@ -69,7 +69,7 @@ def _user_turn(content: Any, where: str) -> list[Message]:
     return out
 
 
-def _assistant_turn(content: Any, where: str) -> Message:
+def _assistant_turn(content: Any, where: str, *, lenient: bool) -> Message:
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
     message: Message = {"role": "assistant", "content": None}
@@ -79,6 +79,9 @@ def _assistant_turn(content: Any, where: str) -> Message:
         if kind == "text" and isinstance(block.get("text"), str):
             message["content"] = (message["content"] or "") + block["text"]
         elif kind == "tool_use" and isinstance(block.get("name"), str) and isinstance(block.get("id"), str):
+            if not lenient and not isinstance(block.get("input", {}), dict):
+                raise APIError(400, f"{at}.input: Input should be a valid dictionary", code="invalid_request",
+                               param=f"{at}.input")
             message.setdefault("tool_calls", []).append({
                 "id": block["id"], "type": "function",
                 "function": {"name": block["name"], "arguments": json.dumps(block.get("input", {}))}})
@@ -90,7 +93,9 @@ def _assistant_turn(content: Any, where: str) -> Message:
     return message
 
 
-def _canonical(system: Any, turns: list[Any]) -> list[Message]:
+def _canonical(system: Any, turns: list[Any], *, lenient: bool) -> list[Message]:
+    """The conversation in canonical form; as at Anthropic, a ``tool_result`` must answer a ``tool_use`` of the
+    turn before it, and a ``tool_use`` input is an object (both unchecked with ``lenient_tool_history``)."""
     messages: list[Message] = []
     if system:
         messages.append({"role": "system", "content": _text_blocks(system, "system")})
@@ -99,7 +104,11 @@ def _canonical(system: Any, turns: list[Any]) -> list[Message]:
         if turn.role == "user":
             messages.extend(_user_turn(turn.content, where))
         else:
-            messages.append(_assistant_turn(turn.content, where))
+            messages.append(_assistant_turn(turn.content, where, lenient=lenient))
+    if not lenient and (found := unanswered_result(messages)) is not None:
+        raise APIError(400, f"unexpected `tool_use_id` found in `tool_result` blocks: {found[1]}. Each `tool_result` "
+                            "block must have a corresponding `tool_use` block in the previous message.",
+                       code="invalid_request", param="messages")
     return messages
 
 
@@ -132,7 +141,7 @@ def _tool_choice(choice: dict[str, Any] | None) -> Any:
 def message_input(gw: Gateway, body: MessagesRequest) -> CallInput:
     tools, tool_choice = _tools(body.tools), _tool_choice(body.tool_choice)
     check_tools(tools, tool_choice)
-    messages = _canonical(body.system, body.messages)
+    messages = _canonical(body.system, body.messages, lenient=gw.settings.lenient_tool_history)
     sampling = sampling_params(gw.settings, max_tokens=body.max_tokens, temperature=body.temperature,
                                top_p=body.top_p, top_k=body.top_k, stop=body.stop_sequences)
     sent = body.model_dump(include={"messages"}, exclude_none=True)["messages"]  # one dump: the same dicts
@@ -140,6 +149,7 @@ def message_input(gw: Gateway, body: MessagesRequest) -> CallInput:
         sent.insert(0, {"role": "system", "content": body.system})
     return CallInput(endpoint="messages", model=body.model, sampling=sampling, explicit_max_tokens=True,
                      messages=messages, tools=tools, tool_choice=tool_choice, messages_sent=sent,
+                     parallel_tool_calls=(body.tool_choice or {}).get("disable_parallel_tool_use") is False,
                      extra={"body": body})
 
 
@@ -193,6 +203,6 @@ def count_tokens(gw: Gateway, body: CountTokensRequest) -> dict[str, int]:
                        code="invalid_request")
     tools, tool_choice = _tools(body.tools), _tool_choice(body.tool_choice)
     check_tools(tools, tool_choice)
-    messages = _canonical(body.system, body.messages)
+    messages = _canonical(body.system, body.messages, lenient=gw.settings.lenient_tool_history)
     ids = gw.renderer.render(messages, None if tool_choice == "none" else tools, add_generation_prompt=True)
     return {"input_tokens": len(ids)}

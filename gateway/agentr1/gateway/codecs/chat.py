@@ -10,7 +10,7 @@ from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import sampling_params, sse
 from agentr1.gateway.codecs.constraints import response_format_grammar
 from agentr1.gateway.codecs.errors import stream_error
-from agentr1.gateway.codecs.tools import check_tools
+from agentr1.gateway.codecs.tools import check_tool_results, check_tools
 from agentr1.gateway.model_call import CallInput, CallOutcome, Choice, ModelCall, TextDelta
 from agentr1.gateway.schemas import ChatCompletionRequest
 
@@ -25,6 +25,7 @@ def chat_input(gw: Gateway, body: ChatCompletionRequest, messages: list[dict[str
     # one serializer call for the whole list (half the CPU of one model_dump per message, the same dicts)
     if messages is None:
         messages = body.model_dump(include={"messages"}, exclude_none=True)["messages"]
+    check_tool_results(messages, lenient=gw.settings.lenient_tool_history)
     max_tokens = body.max_completion_tokens or body.max_tokens
     top_logprobs = (body.top_logprobs or 0) if body.logprobs and gw.backend.trainable else 0
     sampling = sampling_params(gw.settings, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
@@ -32,6 +33,7 @@ def chat_input(gw: Gateway, body: ChatCompletionRequest, messages: list[dict[str
                                top_logprobs=top_logprobs)
     return CallInput(endpoint="chat", model=body.model, sampling=sampling, explicit_max_tokens=max_tokens is not None,
                      n=body.n, messages=messages, tools=body.tools, tool_choice=body.tool_choice, grammar=grammar,
+                     parallel_tool_calls=(body.model_extra or {}).get("parallel_tool_calls") is True,
                      extra={"logprobs": body.logprobs,
                             "include_usage": bool(body.stream_options and body.stream_options.include_usage)})
 

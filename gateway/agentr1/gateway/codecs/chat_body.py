@@ -21,11 +21,11 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-import orjson
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from agentr1.gateway.limits import parse_json
 from agentr1.gateway.schemas import ChatCompletionRequest
 from agentr1.gateway.sessions import explicit_session
 
@@ -98,31 +98,29 @@ async def read_chat_body(request: Request) -> tuple[ChatCompletionRequest, Messa
     if not data:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     try:
-        raw = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        try:  # json reads what orjson refuses but is JSON (lone surrogate escapes: refused below, with a reason)
-            raw = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            error = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-            pos = exc.pos if isinstance(exc, json.JSONDecodeError) else exc.start
-            raise RequestValidationError([{"type": "json_invalid", "loc": ("body", pos), "msg": "JSON decode error",
-                                           "input": {}, "ctx": {"error": error}}]) from None
-    return validate_chat_body(raw, _prefixes(request), _session_key(request))
+        raw = parse_json(data)
+    except json.JSONDecodeError as exc:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error",
+                                       "input": {}, "ctx": {"error": exc.msg}}]) from None
+    lenient = request.app.state.gateway.settings.lenient_tool_history
+    return validate_chat_body(raw, _prefixes(request), _session_key(request), lenient_tool_history=lenient)
 
 
-def validate_chat_body(raw: Any, prefixes: MessagePrefixes, key: str | None) -> tuple[ChatCompletionRequest, Messages]:
+def validate_chat_body(raw: Any, prefixes: MessagePrefixes, key: str | None, *,
+                       lenient_tool_history: bool = False) -> tuple[ChatCompletionRequest, Messages]:
     """:func:`read_chat_body` after parsing: ``raw`` validated, the messages ``key``'s last request had reused."""
+    context = {"lenient_tool_history": lenient_tool_history}
     messages = raw.get("messages") if isinstance(raw, dict) else None
     if not isinstance(messages, list) or not messages:  # nothing to reuse: pydantic says what is wrong
         try:
-            body = ChatCompletionRequest.model_validate(raw)
+            body = ChatCompletionRequest.model_validate(raw, context=context)
         except ValidationError as exc:
             raise _invalid(exc, 0) from None
         return body, body.model_dump(include={"messages"}, exclude_none=True)["messages"]
     k, reused = prefixes.shared(key, messages)
     k = min(k, len(messages) - 1)  # at least one message is validated (min_length=1), the last one
     try:
-        body = ChatCompletionRequest.model_validate({**raw, "messages": messages[k:]})
+        body = ChatCompletionRequest.model_validate({**raw, "messages": messages[k:]}, context=context)
     except ValidationError as exc:
         raise _invalid(exc, k) from None
     valid = [*reused[:k], *body.model_dump(include={"messages"}, exclude_none=True)["messages"]]

@@ -14,12 +14,13 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from agentr1.gateway.backends.base import SamplingParams
+from agentr1.gateway.errors import APIError
 from agentr1.gateway.model_call import CallOutcome, ModelCall, TextDelta
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.tracing import step_span
 from agentr1.store import has_non_finite
 
-__all__ = ["CallStream", "call_headers", "dump_json", "respond", "sampling_params", "sse"]
+__all__ = ["CallStream", "call_headers", "dump_json", "end_call", "respond", "sampling_params", "sse"]
 
 Encoder = Callable[[ModelCall, CallOutcome], dict[str, Any]]
 StreamEncoder = Callable[[ModelCall, AsyncIterator[TextDelta | CallOutcome]], AsyncIterator[bytes]]
@@ -86,11 +87,19 @@ class CallStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.call.release()
+            await end_call(self.call)
+
+
+async def end_call(call: ModelCall) -> bool:
+    """The call is over: release it, and discard its session if the call created it and no call of it stored a
+    step (:meth:`~agentr1.gateway.sessions.SessionRegistry.discard_unused`); whether it did."""
+    call.release()
+    return await call.gw.sessions.discard_unused(call.state)
 
 
 async def respond(request: Request, call: ModelCall, encode: Encoder, stream: StreamEncoder | None) -> Response:
-    """Prepare and run ``call``; answer with ``encode(call, outcome)`` as JSON, or stream ``stream``'s events."""
+    """Prepare and run ``call``; answer with ``encode(call, outcome)`` as JSON, or stream ``stream``'s events. A
+    refused call leaves no session behind that it created; an error answer names the session when it remains."""
     try:
         with step_span(request.headers, call.state.id) as span:
             await call.prepare()
@@ -100,8 +109,9 @@ async def respond(request: Request, call: ModelCall, encode: Encoder, stream: St
             outcome = await call.run()
             if span is not None:
                 span.set_attribute("agentr1.steps", ",".join(map(str, outcome.steps)))
-    except BaseException:
-        call.release()
+    except BaseException as exc:
+        if not await end_call(call) and isinstance(exc, APIError):
+            exc.headers = {**call_headers(call), **(exc.headers or {})}
         raise
-    call.release()
+    await end_call(call)
     return FastJSONResponse(encode(call, outcome), headers=call_headers(call, outcome.steps))

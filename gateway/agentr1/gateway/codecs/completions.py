@@ -1,9 +1,13 @@
 """OpenAI legacy text completions (``POST /v1/completions``) over the one call path: a prompt as text or token
-ids, one step per prompt and sample; streamed token by token, with a usage chunk when asked."""
+ids, one step per prompt and sample; streamed token by token, with a usage chunk when asked.
+
+Log-probabilities (``logprobs``: the number of alternatives) come per token, with ``text_offset`` counted in the
+choice's whole text; with ``echo`` the prompt's tokens come first, with a null log-probability each (the
+backends score sampled tokens, not prompts; OpenAI nulls only the first)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agentr1.gateway.calls import Gateway
@@ -49,8 +53,9 @@ def completion_input(gw: Gateway, body: CompletionRequest) -> CallInput:
                             "include_usage": bool(body.stream_options and body.stream_options.include_usage)})
 
 
-def _logprobs(call: ModelCall, token_ids: list[int], logprobs: list[float], tops: list[Any] | None,
+def _logprobs(call: ModelCall, token_ids: list[int], logprobs: Sequence[float | None], tops: list[Any] | None,
               offset: int = 0) -> dict[str, Any]:
+    """OpenAI's logprobs object of ``token_ids``, whose text starts at character ``offset`` of the choice's text."""
     tok = call.gw.renderer.tokenizer
     tokens = [tok.decode([t], skip_special_tokens=False) for t in token_ids]
     top = None
@@ -62,6 +67,22 @@ def _logprobs(call: ModelCall, token_ids: list[int], logprobs: list[float], tops
         offsets.append(at)
         at += len(t)
     return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
+
+
+def _prompt_logprobs(call: ModelCall, choice: int) -> dict[str, Any]:
+    """The echoed prompt's entries of choice ``choice``: its tokens, no log-probabilities."""
+    prompt = call.prompts[call.jobs[choice].prompt_index]
+    return _logprobs(call, prompt, [None] * len(prompt), None)
+
+
+def _joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two logprobs objects of consecutive text as one."""
+    return {key: None if first[key] is None else first[key] + second[key] for key in first}
+
+
+def _end(lp: dict[str, Any], start: int = 0) -> int:
+    """The character offset after the last token of ``lp`` (``start`` when it has none)."""
+    return lp["text_offset"][-1] + len(lp["tokens"][-1]) if lp["tokens"] else start
 
 
 def _usage(outcome: CallOutcome) -> dict[str, Any]:
@@ -82,7 +103,10 @@ def encode_completion(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
     for c in outcome.choices:
         lp = None
         if call.spec.extra.get("logprobs") is not None and c.result is not None:
-            lp = _logprobs(call, c.result.output_ids, c.result.logprobs, c.result.top_logprobs)
+            echoed = _prompt_logprobs(call, c.index) if call.spec.extra.get("echo") else None
+            lp = _logprobs(call, c.result.output_ids, c.result.logprobs, c.result.top_logprobs,
+                           _end(echoed) if echoed else 0)
+            lp = _joined(echoed, lp) if echoed else lp
         choices.append({"index": c.index, "text": _text(call, c), "logprobs": lp, "finish_reason": c.finish_reason})
     return {"id": call.request_id, "object": "text_completion", "created": call.created, "model": outcome.model,
             "choices": choices, "usage": _usage(outcome),
@@ -98,14 +122,20 @@ async def stream_completion(call: ModelCall, events: AsyncIterator[TextDelta | C
     """One event per released piece of text, then each choice's finish, a usage chunk if asked, ``[DONE]``."""
     want_logprobs = call.spec.extra.get("logprobs") is not None
     sent = [0] * len(call.jobs)
+    offset = [0] * len(call.jobs)  # characters of each choice's text covered by the logprobs sent so far
     try:
         if call.spec.extra.get("echo") and call.prompts:
             for i, job in enumerate(call.jobs):
                 prompt = call.gw.renderer.tokenizer.decode(call.prompts[job.prompt_index], skip_special_tokens=False)
-                yield sse(_chunk(call, [{"index": i, "text": prompt, "logprobs": None, "finish_reason": None}]))
+                lp = _prompt_logprobs(call, i) if want_logprobs else None
+                offset[i] = _end(lp) if lp else 0
+                yield sse(_chunk(call, [{"index": i, "text": prompt, "logprobs": lp, "finish_reason": None}]))
         async for event in events:
             if isinstance(event, TextDelta):
-                lp = _logprobs(call, event.token_ids, event.logprobs, event.top_logprobs) if want_logprobs else None
+                lp = None
+                if want_logprobs:
+                    lp = _logprobs(call, event.token_ids, event.logprobs, event.top_logprobs, offset[event.choice])
+                    offset[event.choice] = _end(lp, offset[event.choice])
                 sent[event.choice] += len(event.token_ids)
                 yield sse(_chunk(call, [{"index": event.choice, "text": event.text, "logprobs": lp,
                                          "finish_reason": None}]))
@@ -114,7 +144,8 @@ async def stream_completion(call: ModelCall, events: AsyncIterator[TextDelta | C
                 lp = None
                 if want_logprobs and c.result is not None:
                     k, r = sent[c.index], c.result
-                    lp = _logprobs(call, r.output_ids[k:], r.logprobs[k:], r.top_logprobs[k:] if r.top_logprobs else None)
+                    lp = _logprobs(call, r.output_ids[k:], r.logprobs[k:], r.top_logprobs[k:] if r.top_logprobs else None,
+                                   offset[c.index])
                 last = _chunk(call, [{"index": c.index, "text": c.rest, "logprobs": lp, "finish_reason": c.finish_reason}])
                 last["agentr1"] = {"session_id": call.state.id, "steps": [c.step]}
                 yield sse(last)

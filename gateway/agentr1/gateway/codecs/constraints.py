@@ -10,7 +10,8 @@
   renderer's prefill opens the call (``<tool_call>\\n`` for Hermes formats; a named choice also fixes the
   name) and :func:`tool_call_grammar` constrains the rest of it: the function's name among those offered,
   arguments valid against the function's ``parameters``, the closing tag, then the end of the turn. One
-  call per turn. Renderers whose call syntax is not Hermes' get no grammar (their calls are checked after
+  call per turn; with ``parallel_tool_calls`` set true (Anthropic: ``disable_parallel_tool_use`` set false),
+  up to :data:`MAX_PARALLEL_CALLS` (the named function again, or any offered one). Renderers whose call syntax is not Hermes' get no grammar (their calls are checked after
   sampling, 422 ``tool_choice_not_satisfied``, see ``model_call``).
 """
 
@@ -25,11 +26,14 @@ from jsonschema.validators import validator_for
 
 from agentr1.core.rendering import hermes_prefill
 from agentr1.gateway.backends.base import GrammarSpec
+from agentr1.gateway.codecs.tools import check_schema_depth
 from agentr1.gateway.errors import APIError
 
 __all__ = ["response_format_grammar", "tool_call_grammar"]
 
 CALL_END = "}\n</tool_call>"  # after the arguments object: the call's JSON closes, then the Hermes tag
+NEXT_CALL = "\n<tool_call>\n"  # between two calls, as the chat templates write them
+MAX_PARALLEL_CALLS = 8  # the calls of one forced turn with parallel_tool_calls
 
 
 def _canonical(schema: dict[str, Any]) -> str:
@@ -64,6 +68,7 @@ def response_format_grammar(backend: Any, fmt: Any, *, param: str = "response_fo
         schema = inner.get("schema") if isinstance(inner, dict) else None
         if not isinstance(schema, dict):
             raise APIError(400, f"{param}: json_schema needs a 'schema' object", code="invalid_request", param=param)
+        check_schema_depth(schema, param, param=param)
         try:
             validator_for(schema).check_schema(schema)
         except SchemaError as exc:
@@ -80,9 +85,11 @@ def response_format_grammar(backend: Any, fmt: Any, *, param: str = "response_fo
     return spec
 
 
-def tool_call_grammar(tools: list[dict[str, Any]] | None, tool_choice: Any, prefill: str) -> GrammarSpec | None:
+def tool_call_grammar(tools: list[dict[str, Any]] | None, tool_choice: Any, prefill: str, *,
+                      parallel: bool = False) -> GrammarSpec | None:
     """The grammar of the rest of a forced Hermes tool call, after ``prefill`` (the opening the prompt already
-    holds); None when the call is not forced or the renderer does not write Hermes calls."""
+    holds), and with ``parallel`` of the calls that may follow it; None when the call is not forced or the
+    renderer does not write Hermes calls."""
     if not tools or not prefill or not (tool_choice == "required" or isinstance(tool_choice, dict)):
         return None
     if prefill != hermes_prefill(tools, tool_choice):
@@ -90,17 +97,24 @@ def tool_call_grammar(tools: list[dict[str, Any]] | None, tool_choice: Any, pref
     functions = [t["function"] for t in tools]
     if isinstance(tool_choice, dict):  # the prefill wrote the name and `"arguments":`; the model samples ' {'
         name = (tool_choice.get("function") or {}).get("name", tool_choice.get("name"))
-        chosen = [f for f in functions if f["name"] == name]
-        alternatives = tuple((" ", _canonical(_parameters(f)), CALL_END) for f in chosen[:1])
+        functions = [f for f in functions if f["name"] == name][:1]
+        alternatives = tuple((" ", _canonical(_parameters(f)), CALL_END) for f in functions)
     else:
-        alternatives = tuple(('{"name": ' + json.dumps(f["name"], ensure_ascii=False) + ', "arguments": ',
-                              _canonical(_parameters(f)), CALL_END) for f in functions)
-    spec = GrammarSpec("tagged_json", alternatives=alternatives)
+        alternatives = _whole_calls(functions, "")
+    more = _whole_calls(functions, NEXT_CALL) if parallel else ()
+    spec = GrammarSpec("tagged_json", alternatives=alternatives, more=more,
+                       max_more=MAX_PARALLEL_CALLS - 1 if parallel else 0)
     problem = _buildable(spec)
     if problem is not None:
         raise APIError(400, f"tools: cannot constrain the forced tool call: {problem}", code="invalid_tool_schema",
                        param="tools")
     return spec
+
+
+def _whole_calls(functions: list[dict[str, Any]], before: str) -> tuple[tuple[str, str, str], ...]:
+    """One call of any of ``functions``, its name included, after ``before``."""
+    return tuple((before + '{"name": ' + json.dumps(f["name"], ensure_ascii=False) + ', "arguments": ',
+                  _canonical(_parameters(f)), CALL_END) for f in functions)
 
 
 def _parameters(function: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import sampling_params
 from agentr1.gateway.codecs.constraints import response_format_grammar
-from agentr1.gateway.codecs.tools import check_tools, function_tool
+from agentr1.gateway.codecs.tools import check_tools, function_tool, unanswered_result
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.model_call import CallInput, CallOutcome, ModelCall
 from agentr1.gateway.schemas import ResponsesRequest
@@ -42,12 +42,16 @@ class ResponseLog:
         while len(self._kept) > self.limit:
             self._kept.popitem(last=False)
 
-    def get(self, response_id: str) -> tuple[str, list[Message], dict[str, Any]]:
+    def get(self, response_id: str, *,
+            param: str = "previous_response_id") -> tuple[str, list[Message], dict[str, Any]]:
+        """A kept response: 400 for an id that is no response id (as OpenAI answers), 404 for one not kept."""
+        if not response_id.startswith("resp"):
+            raise APIError(400, f"Invalid '{param}': {response_id[:80]!r}. Expected an ID that begins with 'resp'.",
+                           code="invalid_value", param=param)
         kept = self._kept.get(response_id)
         if kept is None:
             raise APIError(404, f"no response with id {response_id!r} (responses are kept in memory, with store "
-                                "true, while the gateway runs)", code="response_not_found",
-                           param="previous_response_id")
+                                "true, while the gateway runs)", code="response_not_found", param=param)
         return kept
 
 
@@ -60,12 +64,16 @@ def response_log(gw: Gateway) -> ResponseLog:
 _TEXT_PARTS = frozenset(("input_text", "output_text", "text", "summary_text", "reasoning_text"))
 
 
+def _is_text_part(kind: Any) -> bool:
+    return isinstance(kind, str) and kind in _TEXT_PARTS  # a part's type may be any JSON value: an object is no key
+
+
 def _text_of(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if type(content) is list and len(content) == 1:  # the usual turn: one text part (a fast path, same checks)
         part = content[0]
-        if type(part) is dict and part.get("type") in _TEXT_PARTS and type(text := part.get("text")) is str:
+        if type(part) is dict and _is_text_part(part.get("type")) and type(text := part.get("text")) is str:
             return text
     if not isinstance(content, list):
         raise APIError(400, f"{where}.content must be a string or a list of parts", code="invalid_request",
@@ -73,7 +81,7 @@ def _text_of(content: Any, where: str) -> str:
     texts = []
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+        if not _is_text_part(kind) or not isinstance(part.get("text"), str):
             raise APIError(400, f"{where}.content[{k}]: only text parts are supported (got {kind!r})",
                            code="invalid_request", param=f"{where}.content[{k}]")
         texts.append(part["text"])
@@ -91,8 +99,9 @@ def _user_content(content: Any, where: str) -> Any:
             for k, p in enumerate(content)]
 
 
-def items_to_messages(items: list[Any]) -> list[Message]:
-    """Responses input items -> canonical chat messages; an assistant turn's items become one message."""
+def items_to_messages(items: list[Any], *, lenient: bool = False) -> list[Message]:
+    """Responses input items -> canonical chat messages; an assistant turn's items become one message. A
+    ``function_call``'s arguments are a string, as at OpenAI (``lenient``: any JSON, written as text)."""
     messages: list[Message] = []
     turn: Message | None = None  # the assistant message being assembled from consecutive output items
 
@@ -127,6 +136,9 @@ def items_to_messages(items: list[Any]) -> list[Message]:
                 raise APIError(400, f"{where}: a function_call needs name and call_id", code="invalid_request",
                                param=where)
             arguments = item.get("arguments", "{}")
+            if not lenient and not isinstance(arguments, str):
+                raise APIError(400, f"{where}.arguments must be a string (the arguments as JSON text)",
+                               code="invalid_type", param=f"{where}.arguments")
             assistant().setdefault("tool_calls", []).append({
                 "id": item["call_id"], "type": "function",
                 "function": {"name": item["name"], "arguments": arguments if isinstance(arguments, str)
@@ -181,11 +193,15 @@ def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
         previous_session, history, _ = response_log(gw).get(body.previous_response_id)
         history = list(history)
     items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
-    new = items_to_messages(items)
+    lenient = gw.settings.lenient_tool_history
+    new = items_to_messages(items, lenient=lenient)
     # The kept conversation has no instructions: as at OpenAI, a response's instructions are not carried over
     # to the next one; each request gives its own (an agent that repeats them keeps an exact continuation).
     head = [{"role": "system", "content": body.instructions}] if body.instructions else []
     messages = head + history + new
+    if not lenient and (found := unanswered_result(messages)) is not None:
+        raise APIError(400, f"No tool call found for function call output with call_id {found[1]}.",
+                       code="invalid_request", param="input")
     if not any(m["role"] != "system" for m in messages):
         raise APIError(400, "input has no message for the model to answer", code="invalid_request", param="input")
     sampling = sampling_params(gw.settings, max_tokens=body.max_output_tokens, temperature=body.temperature,
@@ -196,6 +212,7 @@ def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
     return CallInput(endpoint="responses", model=body.model, sampling=sampling,
                      explicit_max_tokens=body.max_output_tokens is not None, messages=messages, tools=tools,
                      tool_choice=tool_choice, grammar=grammar, messages_sent=sent, session_hint=previous_session,
+                     parallel_tool_calls=body.parallel_tool_calls and "parallel_tool_calls" in body.model_fields_set,
                      extra={"body": body})
 
 

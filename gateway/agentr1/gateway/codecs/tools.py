@@ -3,6 +3,10 @@
 - A tool's parameters must be a valid JSON Schema (checked with ``jsonschema`` against the schema's own
   draft); a bad one is a 400 naming the tool, at every API.
 - ``tool_choice`` naming a function must name an offered one; "required" needs tools.
+- A schema nests at most :data:`~agentr1.gateway.limits.MAX_SCHEMA_DEPTH` levels (checked before anything
+  recurses over it).
+- In a conversation, a tool result answers a call of the assistant turn right before it (OpenAI and Anthropic
+  refuse it otherwise): :func:`check_tool_results`.
 - Output formats (``response_format``) and forced calls become grammars in :mod:`.constraints`.
 """
 
@@ -16,8 +20,9 @@ from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.limits import MAX_SCHEMA_DEPTH, exceeds_depth
 
-__all__ = ["check_tools", "function_tool"]
+__all__ = ["check_schema_depth", "check_tool_results", "check_tools", "function_tool", "unanswered_result"]
 
 
 def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
@@ -40,6 +45,7 @@ def check_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, *, param: 
         if not isinstance(schema, dict):
             raise APIError(400, f"{param}[{i}] ({name}): parameters must be a JSON Schema object",
                            code="invalid_request", param=f"{param}[{i}]")
+        check_schema_depth(schema, f"{param}[{i}] ({name}): parameters", param=f"{param}[{i}]")
         problem = _schema_problem(json.dumps(schema, sort_keys=True, default=repr))
         if problem is not None:
             raise APIError(400, f"{param}[{i}] ({name}): parameters are not a valid JSON Schema: {problem}",
@@ -79,3 +85,37 @@ def _named_choice(tool_choice: Any) -> str | None:
                        param="tool_choice")
     return name
 
+
+
+def check_schema_depth(schema: Any, what: str, *, param: str) -> None:
+    """A 400 for a schema nested more deeply than :data:`MAX_SCHEMA_DEPTH` (``what`` names it)."""
+    if exceeds_depth(schema, MAX_SCHEMA_DEPTH):
+        raise APIError(400, f"{what}: the schema nests more than {MAX_SCHEMA_DEPTH} levels deep",
+                       code="invalid_tool_schema" if param.startswith("tools") else "invalid_request", param=param)
+
+
+def unanswered_result(messages: list[dict[str, Any]]) -> tuple[int, Any] | None:
+    """The first tool message (its index and ``tool_call_id``) that answers no call of the assistant message
+    before it (other tool messages may come between); None when every one answers a call."""
+    calls: set[Any] = set()
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            calls = {call.get("id") for call in message.get("tool_calls") or ()}
+        elif role == "tool":
+            if message.get("tool_call_id") not in calls:
+                return i, message.get("tool_call_id")
+        else:
+            calls = set()
+    return None
+
+
+def check_tool_results(messages: list[dict[str, Any]], *, lenient: bool, param: str = "messages") -> None:
+    """OpenAI's rule for chat messages: a 400 for a tool message that answers no call of the assistant message
+    before it (skipped with the ``lenient_tool_history`` setting)."""
+    if lenient or (found := unanswered_result(messages)) is None:
+        return
+    index, call_id = found
+    raise APIError(400, f"{param}[{index}]: a tool message must answer a tool call of the assistant message before "
+                        f"it; {call_id!r} is not among its tool_calls", code="invalid_request",
+                   param=f"{param}[{index}].tool_call_id")

@@ -8,9 +8,10 @@ from fastapi import APIRouter, Depends, Request
 
 from agentr1.gateway.auth import require_admin
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.schemas import WeightUpdate
 
-router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)], route_class=BoundedRoute)
 
 
 @router.post("/weights")

@@ -9,10 +9,11 @@ from starlette.responses import Response
 from agentr1.gateway.codecs.anthropic import count_tokens, encode_message, message_input
 from agentr1.gateway.codecs.common import respond
 from agentr1.gateway.codecs.streams import stream_message
+from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
 from agentr1.gateway.schemas import CountTokensRequest, MessagesRequest
 
-router = APIRouter()
+router = APIRouter(route_class=BoundedRoute)
 
 
 @router.post("/messages")

@@ -14,11 +14,12 @@ from agentr1.gateway.codecs.chat_body import CHAT_BODY_OPENAPI, read_chat_body
 from agentr1.gateway.codecs.common import respond
 from agentr1.gateway.codecs.completions import completion_input, encode_completion, stream_completion
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
 from agentr1.gateway.routes import anthropic, responses
 from agentr1.gateway.schemas import CompletionRequest
 
-router = APIRouter()
+router = APIRouter(route_class=BoundedRoute)
 
 
 def _gateway(request: Request) -> Gateway:

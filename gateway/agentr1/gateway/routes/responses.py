@@ -12,10 +12,11 @@ from agentr1.gateway.auth import require_session_access
 from agentr1.gateway.codecs.common import respond
 from agentr1.gateway.codecs.responses import encode_response, response_input, response_log
 from agentr1.gateway.codecs.streams import stream_response
+from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
 from agentr1.gateway.schemas import ResponsesRequest
 
-router = APIRouter()
+router = APIRouter(route_class=BoundedRoute)
 
 
 @router.post("/responses")
@@ -26,6 +27,6 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
 
 @router.get("/responses/{response_id}")
 async def get_response(response_id: str, request: Request) -> dict[str, Any]:
-    session_id, _, response = response_log(request.app.state.gateway).get(response_id)
+    session_id, _, response = response_log(request.app.state.gateway).get(response_id, param="response_id")
     await require_session_access(request, session_id)
     return response

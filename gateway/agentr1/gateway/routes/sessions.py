@@ -13,6 +13,7 @@ from agentr1.gateway.branches import branch_report
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError, error_body
+from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.sampling_override import METADATA_KEY as SAMPLING_KEY
 from agentr1.gateway.sampling_override import sampling_override
 from agentr1.gateway.schemas import (
@@ -33,7 +34,7 @@ from agentr1.store import (
     session_with_images,
 )
 
-router = APIRouter(prefix="/sessions", tags=["sessions"])
+router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=BoundedRoute)
 
 
 def _gw(request: Request) -> Gateway:
