@@ -25,3 +25,17 @@ def serve(db: str | Path, *, backend: Any = None, renderer: Any = None, model: s
             yield url, store
     finally:
         store.close()
+
+
+@contextmanager
+def serve_instant(db: str | Path, model_dir: str | Path, reply: Any = "The answer is 84.",
+                  **settings: Any) -> Iterator[tuple[str, TraceStore]]:
+    """:func:`serve` with an instant backend answering ``reply`` through the real tokenizer and renderer of the
+    model at ``model_dir``, served as ``policy`` under any model name (context 2,048)."""
+    from agentr1.core.rendering import load_renderer
+    from agentr1.gateway.backends.instant import InstantBackend
+
+    renderer = load_renderer(model_dir)
+    backend = InstantBackend(renderer.tokenizer, reply, model_name="policy", max_context=2048)
+    with serve(db, backend=backend, renderer=renderer, accept_any_model=True, **settings) as served:
+        yield served

@@ -17,13 +17,10 @@ import re
 import httpx
 import pytest
 import schemathesis
-from gateway_harness import serve
+from gateway_harness import serve_instant
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-
-from agentr1.core.rendering import load_renderer
-from agentr1.gateway.backends.instant import InstantBackend
 
 EXAMPLES = int(os.environ.get("AGENTR1_FUZZ_EXAMPLES", "8"))
 CALL_TIMEOUT_S = 15.0
@@ -33,10 +30,7 @@ ANTHROPIC_PATH = re.compile(r"/v1/messages(/count_tokens)?$")
 
 @pytest.fixture(scope="module")
 def gateway_url(smollm2_path, tmp_path_factory):
-    renderer = load_renderer(smollm2_path)
-    backend = InstantBackend(renderer.tokenizer, "The answer is 84.", model_name="policy", max_context=2048)
-    with serve(tmp_path_factory.mktemp("fuzz") / "fuzz.db", backend=backend, renderer=renderer,
-               accept_any_model=True) as (url, _store):
+    with serve_instant(tmp_path_factory.mktemp("fuzz") / "fuzz.db", smollm2_path) as (url, _store):
         yield url
 
 

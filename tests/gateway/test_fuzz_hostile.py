@@ -19,13 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_harness import serve
+from gateway_harness import serve_instant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from agentr1.core.rendering import load_renderer
-from agentr1.gateway.backends.instant import InstantBackend
 from agentr1.store.schema import SessionRow
 
 EXAMPLES = int(os.environ.get("AGENTR1_FUZZ_EXAMPLES", "8"))
@@ -117,11 +115,8 @@ HOSTILE = st.one_of(DEEP, HUGE, ODD_TEXT, WRONG_TYPE)
 
 @pytest.fixture(scope="module")
 def gateway(smollm2_path, tmp_path_factory):
-    renderer = load_renderer(smollm2_path)
-    backend = InstantBackend(renderer.tokenizer, "The answer is 84.", model_name="policy", max_context=2048)
-    with serve(tmp_path_factory.mktemp("fuzz-hostile") / "f.db", backend=backend, renderer=renderer,
-               accept_any_model=True) as (url, store):
-        yield url, store
+    with serve_instant(tmp_path_factory.mktemp("fuzz-hostile") / "f.db", smollm2_path) as served:
+        yield served
 
 
 def _sessions(store: Any) -> int:
