@@ -100,6 +100,13 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": {"message": message}}, status_code=status)
 
 
+def _invalid_body(message: str) -> JSONResponse:
+    """FastAPI's RequestValidationError (bad JSON, input_ids that are not integers) as SGLang's handler answers
+    it: 400 in the ErrorResponse shape (http_server.validation_exception_handler)."""
+    return JSONResponse({"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400},
+                        status_code=400)
+
+
 def _stream_error(message: str, status: int = 400) -> dict[str, Any]:
     """An error after a stream's 200, as http_server.generate_request's stream_results sends it."""
     return {"error": {"message": message, "type": "invalid_request_error", "code": status, "retryable": False}}
@@ -118,9 +125,12 @@ def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateReques
     if ids is None and text is None:
         raise ValueError("Either text, input_ids or input_embeds should be provided.")
     if ids is None:
-        if state.skip_tokenizer_init:
-            raise ValueError("text input requires the tokenizer; the server runs with skip_tokenizer_init")
+        if state.skip_tokenizer_init:  # TokenizerManager._tokenize_one_request
+            raise ValueError("The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
+                             "Please provide input_ids or re-initialize the engine with skip_tokenizer_init=False.")
         ids = state.decoder.encode(text, add_special_tokens=False).ids
+    elif not ids:  # GenerateReqInput normalization
+        raise ValueError("input_ids cannot be empty.")
     sp = dict(body.get("sampling_params") or {})
     unknown = sorted(set(sp) - SAMPLING_KEYS)
     if unknown:
@@ -233,7 +243,15 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
 
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request) -> Response:
-        body = await request.json()
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            return _invalid_body(f"JSON decode error: {exc}")
+        if not isinstance(body, dict):
+            return _invalid_body("Input should be a valid dictionary or instance of GenerateReqInput")
+        ids = body.get("input_ids")
+        if ids and not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):  # validate_list_i64_1d
+            return _invalid_body("Value error, elements must be int")
         state.requests.append(body)
         if state.fail_next:
             status = state.fail_next.pop(0)
@@ -267,7 +285,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
 
     async def _events(body: dict[str, Any]) -> Any:
         def event(payload: dict[str, Any]) -> bytes:
-            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+            return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"  # orjson: compact
 
         try:
             req, opts = _parse(body, state)
