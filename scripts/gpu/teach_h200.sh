@@ -56,7 +56,7 @@ setup() {
 # samples a task at temperature 1: mean@K, pass@K), then the episodes' retries (retry_stats.py); tags $4 (JSON)
 evaluate() {
   local name=$1 design=$2 ckpt=$3 tags=$4
-  "${AGENTR1[@]}" eval examples/chains/train_gpu.yaml "db=sqlite:///$RUN/evals/$name.db" \
+  "${AGENTR1[@]}" eval examples/chains/teach_gpu.yaml "db=sqlite:///$RUN/evals/$name.db" \
     "data.generator=$(generator_of "$design")" "data.val_size=$VAL" "${DEVICE_ARGS[@]}" --checkpoint "$ckpt" \
     --greedy --n "$K" --temperature 1.0 --run-id "$name" --output "$RUN/evals/$name.json" > /dev/null \
     2> "$RUN/logs/eval-$name.log" || { echo "evaluation $name failed ($RUN/logs/eval-$name.log)"; return 1; }
@@ -79,7 +79,7 @@ rl_run() {
   left=$((CALL_START + TRAIN_END_S - $(date +%s)))
   [ "$left" -gt 30 ] || { echo "no time left for $dir"; return; }
   # shellcheck disable=SC2086
-  timeout --signal=INT --kill-after=30 "$left" "${AGENTR1[@]}" train examples/chains/train_gpu.yaml \
+  timeout --signal=INT --kill-after=30 "$left" "${AGENTR1[@]}" train examples/chains/teach_gpu.yaml \
     "db=sqlite:///$dir/traces.db" "data.generator=$(generator_of "$design")" data.val_size=1 trainer.test_freq=0 \
     "run_name=teach-$design-$variant-s$seed" "actor_rollout_ref.model=$sft" "trainer.seed=$seed" \
     "trainer.total_training_steps=$RL_STEPS" "trainer.save_freq=$SAVE_FREQ" "trainer.default_local_dir=$dir" \
