@@ -8,23 +8,23 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 2. warm start: ``agentr1 sft`` on them, a deliberately small budget, so the policy is only partly
    competent and RL has something to learn;
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
-   SFT policy first (step 0: *before*), then GRPO steps, then held-out success again (*after*).
+   SFT policy first (step 0: *before*, greedy and sampled), then GRPO steps, then held-out success again (*after*).
 
-Status (2026-12-04, session 15): the laptop bar is met. Four runs on a 2-core VM: 2-4/32 -> 21-29/32 held-out in
-5.1-5.6 min, 4.7 GiB, with the RL stage in bfloat16 (``rollout.engine_dtype`` and ``actor.param_dtype`` in demo.yaml;
-on a CPU without AVX-512 BF16 or AMX the driver passes float32 instead, :func:`cpu_has_bfloat16_matmuls`). Session 14:
-10.7 min in float32. The RL stage trains on ``make_demo_tasks`` with the outcome alone as the reward (held-out chains
-sampled under per-chain seeds, each call of an episode under its own), 3 chains x 8 samples a step for 3 steps at lr
-2e-5 in mini-batches of 2, learning only from the samples that beat their group (``algorithm.advantage_floor: 0``).
-The stages run with glibc's mmap threshold at 4 MiB (:func:`_stage_env`). Before session 13 the held-out numbers were
-biased upward (one seed replayed at every call of an episode; docs/results.md, "The laptop demo").
+The RL stage runs in bfloat16 where the CPU multiplies it in hardware (``rollout.engine_dtype`` and
+``actor.param_dtype`` in demo.yaml; on a CPU without AVX-512 BF16 or AMX the driver passes float32 instead,
+:func:`cpu_has_bfloat16_matmuls`). It trains on ``make_demo_tasks`` with the outcome alone as the reward (held-out
+chains sampled under per-chain seeds, each call of an episode under its own), 3 chains x 8 samples a step for 3 steps
+at lr 2e-5 in mini-batches of 2, learning only from the samples that beat their group
+(``algorithm.advantage_floor: 0``). The stages run with glibc's mmap threshold at 4 MiB (:func:`_stage_env`).
+Held-out chains are evaluated before and after under the evaluation protocol (docs/evaluation.md): greedily, and one
+sample each at temperature 1; results in docs/results.md (the laptop demo's rows).
 
 Then a summary: before -> after on the same held-out chains (disjoint from every training and
 demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
 the traces (``scripts/gpu/episode_stats.py``), where the curves, traces and checkpoint are, and the ``agentr1 view``
 command. ``summary.json`` in the output folder holds it all, with wall time and peak memory.
 
-    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 3] [train overrides ...]
+    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 3] [--val 64] [train overrides ...]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _stage_env() -> dict[str, str]:
     """The stages' environment: glibc's mmap threshold at 4 MiB unless the caller set one. The training code pins
     it at 128 KiB (``agentr1.trainer.engine.memory``: a dynamic threshold let the heap fragment to 19 GB), which
     makes every tensor over 128 KiB a fresh, zero-filled mapping: 174 of the demo's 1,374 CPU-seconds were system
-    time. At 4 MiB: 110 of 1,272, peak 5.47 instead of 4.6 GiB (docs/results.md, "The laptop demo", session 13)."""
+    time. At 4 MiB: 110 of 1,272, peak 5.47 instead of 4.6 GiB (measured 2026-12-03 on the 2-core VM)."""
     return {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), **os.environ}
 
 
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sft-batch", type=int, default=2, help="demonstrations per SFT optimizer step")
     parser.add_argument("--sft-lr", type=float, default=5e-5)
     parser.add_argument("--rl-steps", type=int, default=3)
-    parser.add_argument("--val", type=int, default=32, help="held-out chains (a greedy run and one sample each)")
+    parser.add_argument("--val", type=int, default=64, help="held-out chains (a greedy run and one sample each)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
