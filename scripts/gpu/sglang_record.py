@@ -23,9 +23,7 @@ the model directory's safetensors: scripts/gpu/sglang_run.sh runs it on the H200
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import sys
 import threading
 import time
@@ -36,7 +34,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_record import exchange  # noqa: E402  (one way to record an exchange, for both servers)
+from vllm_record import exchange, recorder_arguments, write_fixtures  # noqa: E402  (one recording format for both servers)
 
 PROMPT = "<|im_start|>user\nWhat is 12*7?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -89,11 +87,7 @@ def abort_while_streaming(client: httpx.Client, url: str, stream_body: dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--model", required=True, help="the served model directory (its tokenizer encodes the prompt)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--note", default="", help="where and on what it was recorded")
+    parser = recorder_arguments(__doc__)
     parser.add_argument("--skip-tensor-update", action="store_true", help="without SGLang's serializer or CUDA here")
     args = parser.parse_args()
     for part in ("core", "gateway"):
@@ -193,16 +187,8 @@ def main() -> None:
     record("error_out_of_vocabulary", "POST", gen, body={**body(), "input_ids": [1, 10**7]})
     record("health_after_out_of_vocabulary", "GET", "/health")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    source = f"recorded from a real SGLang server: {args.note}".strip()
-    for seq, (name, case) in enumerate(cases.items()):
-        fixture = {"name": name, "seq": seq, "source": source, "server": {"model": model, "max_model_len": max_len},
-                   **case}
-        (args.out / f"{name}.json").write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n")
-        r = case["response"]
-        print(f"{name:48s} {r.get('status', 'no answer')}  "
-              f"{str(r.get('events_raw', r.get('raw', r.get('transport_error'))))[:150]!r}")
-
+    write_fixtures(cases, args.out, f"recorded from a real SGLang server: {args.note}".strip(),
+                   {"model": model, "max_model_len": max_len})
 
 if __name__ == "__main__":
     main()

@@ -120,11 +120,7 @@ def plan(body: Any, model: str, max_len: int, model_dir: str, greedy_ids: list[i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--model", required=True, help="the served model directory (its tokenizer encodes the prompt)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--note", default="", help="where and on what it was recorded")
+    parser = recorder_arguments(__doc__)
     args = parser.parse_args()
     for part in ("core", "gateway", "tests/backends"):
         sys.path.insert(0, str(ROOT / part))
@@ -165,14 +161,28 @@ def main() -> None:
     for name, method, path, kw in plan(body, model, max_len, args.model, choice["token_ids"], choice["text"]):
         record(name, method, path, **kw)
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    source = f"recorded from a real vLLM server: {args.note}".strip()
+    write_fixtures(cases, args.out, f"recorded from a real vLLM server: {args.note}".strip(),
+                   {"model": model, "max_model_len": max_len})
+
+
+def recorder_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The flags both recorders take: the server's URL, its model directory, the output folder, a note."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--model", required=True, help="the served model directory (its tokenizer encodes the prompt)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--note", default="", help="where and on what it was recorded")
+    return parser
+
+
+def write_fixtures(cases: dict[str, dict[str, Any]], out: Path, source: str, server: dict[str, Any]) -> None:
+    """One JSON file per exchange, in recording order (``seq``), and a line per exchange on stdout."""
+    out.mkdir(parents=True, exist_ok=True)
     for seq, (name, case) in enumerate(cases.items()):
-        fixture = {"name": name, "seq": seq, "source": source, "server": {"model": model, "max_model_len": max_len},
-                   **case}
-        (args.out / f"{name}.json").write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n")
+        fixture = {"name": name, "seq": seq, "source": source, "server": server, **case}
+        (out / f"{name}.json").write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n")
         r = case["response"]
-        print(f"{name:40s} {r.get('status', 'no answer')}  "
+        print(f"{name:48s} {r.get('status', 'no answer')}  "
               f"{str(r.get('events_raw', r.get('raw', r.get('transport_error'))))[:150]!r}")
 
 

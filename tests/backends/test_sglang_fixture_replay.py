@@ -21,7 +21,7 @@ import fake_sglang
 import httpx
 import pytest
 from backend_helpers import served
-from test_vllm_fixture_replay import events, shape_diff
+from test_vllm_fixture_replay import events, send, shape_diff
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "recorded"
 REQUIRES_SERVER = {  # name prefix -> why the replay cannot send it to the fake on its own
@@ -125,12 +125,8 @@ def compare_sglang(fixture: dict[str, Any], answer: httpx.Response) -> list[str]
 def test_the_fake_answers_like_sglang(fixture, fakes, tiny_model_path):
     url = fakes(fixture["server"])
     request = local_request(fixture["request"], tiny_model_path)
-    content = request["raw_body"].encode() if "raw_body" in request else (
-        json.dumps(request["body"]).encode() if "body" in request else None)
-    headers = {"Content-Type": "application/json"} if content is not None else {}
     try:
-        answer = httpx.request(request["method"], url + request["path"], content=content, headers=headers,
-                               params=request.get("params"), timeout=120)
+        answer = send(url, request)
     except httpx.TransportError as exc:  # a stream the fake broke off, as SGLang does for an unknown sampling key
         answer = httpx.Response(599, text=f"{type(exc).__name__}: {exc}")
     problems = compare_sglang(fixture, answer)

@@ -194,16 +194,21 @@ def fakes(engine, tiny_model_path):
         yield get
 
 
+def send(url: str, request: dict[str, Any]) -> httpx.Response:
+    """A fixture's request, sent as it was recorded (the same bytes, parameters and method)."""
+    content = request["raw_body"].encode() if "raw_body" in request else (
+        json.dumps(request["body"]).encode() if "body" in request else None)
+    headers = {"Content-Type": "application/json"} if content is not None else {}
+    return httpx.request(request["method"], url + request["path"], content=content, headers=headers,
+                         params=request.get("params"), timeout=120)
+
+
 @pytest.mark.parametrize("fixture", CASES, ids=[f"{f['kind']}:{f['name']}" for f in CASES])
 def test_the_fake_answers_like_vllm(fixture, fakes, tiny_model_path):
     url, fake = fakes(fixture["server"])
     request = local_request(fixture["request"], fixture, tiny_model_path)
-    content = request["raw_body"].encode() if "raw_body" in request else (
-        json.dumps(request["body"]).encode() if "body" in request else None)
-    headers = {"Content-Type": "application/json"} if content is not None else {}
     try:
-        answer = httpx.request(request["method"], url + request["path"], content=content, headers=headers,
-                               params=request.get("params"), timeout=120)
+        answer = send(url, request)
     finally:
         fake.worker_model_path = str(tiny_model_path)  # update_config names the recording machine's path
     problems = compare(fixture, answer)
