@@ -129,10 +129,10 @@ def main() -> None:
     from agentr1.gateway.server import uvicorn_options
 
     if args.kind == "floor":
-        uvicorn.run(floor_app(args.port), host="127.0.0.1", port=args.port, log_level="warning", **uvicorn_options())
+        uvicorn.run(floor_app(args.port), host="127.0.0.1", port=args.port, **uvicorn_options())
         return
     app, settings = gateway_app(args.kind, args.model, args.db, durable=not args.fast_writes)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", **uvicorn_options(settings))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, **uvicorn_options(settings))
 
 
 if __name__ == "__main__":

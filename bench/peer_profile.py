@@ -68,6 +68,18 @@ def spy_stages(samples_file: Path) -> list[str]:
     return rows
 
 
+def spy_leaves(samples_file: Path, top: int = 25) -> list[str]:
+    """The ``top`` functions most often at the top of the stack (self time), by share of the samples."""
+    total, leaves = 0, collections.Counter()
+    for line in samples_file.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        leaves[stack.rsplit(";", 1)[-1]] += int(count)
+    rows = ["", "| function (self) | share |", "|---|---:|"]
+    rows += [f"| {name} | {n / total:.1%} |" for name, n in leaves.most_common(top)]
+    return rows
+
+
 async def _client_cpu(url: str, kind: str, calls: int) -> float:
     import aiohttp
     import httpx
@@ -101,6 +113,9 @@ def main() -> None:
     parser.add_argument("--py-spy", type=Path, default=Path.home() / ".cache" / "agentr1-peers" / "bin" / "py-spy")
     parser.add_argument("--calls", type=int, default=600, help="sequential calls sampled (sessions of 20)")
     parser.add_argument("--client-calls", type=int, default=600)
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="concurrent sessions of the sampled calls (1: sequential; 64: the peer bench's concurrent phase)")
+    parser.add_argument("--top", type=int, default=0, help="also list the N functions with the most self time")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tmp = Path(f"/tmp/agentr1-peer-profile-{os.getpid()}")
@@ -117,15 +132,19 @@ def main() -> None:
                                     "--format", "raw", "-o", str(samples)], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
             time.sleep(2)
-        result = asyncio.run(run_phase(gateway, sessions=max(1, args.calls // 20), calls=20, max_tokens=32, tag="spy",
-                                       concurrent=False))
+        concurrent = args.sessions > 1
+        result = asyncio.run(run_phase(gateway, sessions=args.sessions if concurrent else max(1, args.calls // 20),
+                                       calls=max(1, args.calls // args.sessions) if concurrent else 20, max_tokens=32,
+                                       tag="spy", concurrent=concurrent))
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its samples on Ctrl-C
             spy.wait(timeout=120)
         summary = result.summary()
-        print(f"\n### agentr1 gateway, {summary['answered']} sequential calls: p50 {summary['p50_ms']} ms, "
+        print(f"\n### agentr1 gateway, {summary['answered']} calls from {args.sessions} session(s) at once: p50 {summary['p50_ms']} ms, "
               f"CPU {summary['cpu_ms_per_call']} ms per call (psutil); load average {os.getloadavg()[0]:.1f}\n")
         print("\n".join(spy_stages(samples)) if samples.exists() else f"(no py-spy at {args.py_spy})")
+        if args.top and samples.exists():
+            print("\n".join(spy_leaves(samples, args.top)))
         gateway.stop()
         print("\n### The backend hop alone: client CPU per call, sequential\n")
         print("| client | CPU ms per call, run 1 | run 2 |\n|---|---:|---:|")

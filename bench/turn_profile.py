@@ -135,7 +135,7 @@ def serve(args: argparse.Namespace) -> None:
     StepWriter._write = profiled_write  # type: ignore[method-assign]
     app, settings = gateway_app("instant", args.model, args.db)
     uvicorn.run(_profiled_app(app, profiles, args.profile_dir), host="127.0.0.1", port=args.port,
-                log_level="warning", **uvicorn_options(settings))
+                **uvicorn_options(settings))
 
 
 # -- client side ----------------------------------------------------------------------------

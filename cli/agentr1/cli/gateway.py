@@ -72,8 +72,8 @@ def gateway(**options: Any) -> None:
         if settings.launch:
             launcher = _launch(settings)
             settings = settings.model_copy(update={"backend_urls": launcher.urls})
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=options["log_level"],
-                    **uvicorn_options(settings))
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                    **uvicorn_options(settings, log_level=options["log_level"]))
     except _Terminated:
         pass
     finally:

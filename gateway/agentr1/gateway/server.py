@@ -13,6 +13,10 @@ clients pausing ~5 s between calls, none with the keep-alive raised;
 always closes first. The listen backlog holds a burst of new connections; no concurrency limit
 is set (a limit makes uvicorn answer 503 instead of queueing; per-key limits answer 429, see
 ``--max-concurrent-per-key``).
+
+Per-call work: uvicorn writes its access log only at log level info or below (:func:`uvicorn_options`'s
+``log_level``): at ``warning`` the line was built for every call and then dropped (~1-2% of the gateway's CPU
+at 64 sessions, ``bench/peer_profile.py --sessions 64``).
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ KEEP_ALIVE_S = 75.0  # GatewaySettings.keep_alive_s's default
 BACKLOG = 4096  # pending connections the kernel holds (capped by net.core.somaxconn)
 
 
-def uvicorn_options(settings: Any = None, *, keep_alive_s: float | None = None) -> dict[str, Any]:
+def uvicorn_options(settings: Any = None, *, keep_alive_s: float | None = None, log_level: str = "warning"
+                    ) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config`` that every gateway server uses:
-    keep-alive from ``keep_alive_s``, else ``settings.keep_alive_s``, else :data:`KEEP_ALIVE_S`."""
+    keep-alive from ``keep_alive_s``, else ``settings.keep_alive_s``, else :data:`KEEP_ALIVE_S`; the access log
+    only where ``log_level`` shows it (info, debug, trace)."""
     if keep_alive_s is None:
         keep_alive_s = float(getattr(settings, "keep_alive_s", KEEP_ALIVE_S))
     return {"timeout_keep_alive": keep_alive_s, "backlog": BACKLOG, "limit_concurrency": None,
-            "timeout_graceful_shutdown": 30}
+            "timeout_graceful_shutdown": 30, "log_level": log_level,
+            "access_log": log_level.lower() in ("info", "debug", "trace")}
 
 
 def free_port() -> int:
@@ -60,7 +67,7 @@ class BackgroundServer:
         self.startup_timeout_s = startup_timeout_s
         options = uvicorn_options(keep_alive_s=keep_alive_s)
         options["timeout_graceful_shutdown"] = None  # stop() waits for the thread instead
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", **options)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="on", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"agentr1-gateway-{self.port}", daemon=True)
 

@@ -133,6 +133,6 @@ def serve_shard(values: dict[str, Any], engine_address: Any, port: int) -> None:
     backend = local_backend(settings, engine_address=engine_address)
     app = create_app(settings, backend=backend, owns_backend=True)
     freeze_heap()  # the imports: no full collection walks them mid-rollout
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on",
                             **uvicorn_options(settings))
     uvicorn.Server(config).run()
