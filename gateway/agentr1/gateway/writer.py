@@ -26,12 +26,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from sqlalchemy.exc import InterfaceError, OperationalError
-
-from agentr1.store import FeedbackRecord, StepRecord, StoreError, TraceStore
+from agentr1.store import DATABASE_UNAVAILABLE, FeedbackRecord, StepRecord, StoreError, TraceStore
 
 log = logging.getLogger("agentr1.gateway.writer")
-DATABASE_DOWN = (OperationalError, InterfaceError)  # the connection or the lock failed, not one step
+DATABASE_DOWN = DATABASE_UNAVAILABLE  # the connection or the lock failed, not one step
 
 
 @dataclass(slots=True)

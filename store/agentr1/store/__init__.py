@@ -1,5 +1,6 @@
 """The step-trace store: schema, migrations and the one API every part of agentr1 uses."""
 
+from agentr1.store import browse
 from agentr1.store.blobs import (
     IMAGE_REF_PREFIX,
     ImageStore,
@@ -10,6 +11,7 @@ from agentr1.store.blobs import (
 )
 from agentr1.store.engine import DEFAULT_DB, normalize_url
 from agentr1.store.errors import (
+    DATABASE_UNAVAILABLE,
     SessionExists,
     SessionNotRunning,
     StepConflict,
@@ -32,12 +34,15 @@ from agentr1.store.records import (
     StepRecord,
     superseded_steps,
 )
+from agentr1.store.schema import SESSION_STATUSES
 from agentr1.store.session_writes import new_id
 from agentr1.store.store import TraceStore
 
 __all__ = [
+    "DATABASE_UNAVAILABLE",
     "DEFAULT_DB",
     "IMAGE_REF_PREFIX",
+    "SESSION_STATUSES",
     "FeedbackRecord",
     "ImageStore",
     "NewSession",
@@ -56,6 +61,7 @@ __all__ = [
     "UnknownRun",
     "UnknownSession",
     "UnknownStep",
+    "browse",
     "export_run",
     "externalize_images",
     "has_non_finite",

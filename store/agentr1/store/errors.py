@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+# The database connection or its lock failed (down, restarting, busy past the timeout), not one write: what a
+# caller that retries whole batches catches (the gateway's step writer). Other parts never import SQLAlchemy.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+
 
 class StoreError(Exception):
     """Base class of every trace store error."""

@@ -6,8 +6,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Query, Request
 
-from agentr1.store import SessionRecord, UnknownSession
-from agentr1.store.schema import SESSION_STATUSES
+from agentr1.store import SESSION_STATUSES, SessionRecord, UnknownSession
 from agentr1.viewer import queries
 from agentr1.viewer.schemas import Order, Page, RowsView, SessionDetail, SessionSummary, SortKey
 from agentr1.viewer.state import bad_request, not_found, viewer
