@@ -146,11 +146,14 @@ def _final_reply(session: SessionRecord) -> str | None:
 
 
 def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str) -> tuple[Any, GatewaySettings]:
+    """The checkpoint on the embedded engine, with the job's engine options (``rollout.engine_dtype``, ...): an
+    evaluation is served as the job's rollouts are, whichever backend the job trains with."""
     from agentr1.core import resolve_model
+    from agentr1.trainer.serving import gateway_settings
 
     model = resolve_model(checkpoint or job.actor_rollout_ref.model)
-    settings = GatewaySettings(db=job.db, accept_any_model=True, default_run=run_id, model=str(model),
-                               device=job.trainer.device, served_model_name="policy")
+    settings = gateway_settings(job, model=model, run_id=run_id).model_copy(update={
+        "backend": "local", "backend_urls": [], "launch": False, "served_model_name": "policy"})
     return model, settings
 
 
