@@ -62,6 +62,52 @@ def test_reward_errors_are_atomic(store: TraceStore) -> None:
     assert (rec.reward, rec.steps[0].reward) == (1.0, 2.0)
 
 
+def test_rewards_of_many_sessions_are_stored_in_one_batch(store: TraceStore) -> None:
+    """The trainer's reward stage writes a rollout's rewards in one call: all sessions' or none."""
+    sids = [store.create_session() for _ in range(3)]
+    for sid in sids:
+        store.append_steps([make_step(sid, 0), make_step(sid, 1)])
+    with pytest.raises(UnknownStep):  # the last session has no step 5: nothing of the others is stored either
+        store.add_rewards([RewardRecord(sids[0], 1.0), RewardRecord(sids[1], 0.5, step_index=1),
+                           RewardRecord(sids[2], 2.0, step_index=5)])
+    assert all(s.rewards == [] for s in store.get_sessions(sids))
+    batch = [RewardRecord(sid, float(k), name="fn", source="environment") for k, sid in enumerate(sids)]
+    batch += [RewardRecord(sids[1], 0.5, name="fn", step_index=1, source="environment")]
+    store.add_rewards(batch)
+    assert [(s.reward, [st.reward for st in s.steps]) for s in store.get_sessions(sids)] == [
+        (0.0, [None, None]), (1.0, [None, 0.5]), (2.0, [None, None])]
+
+
+def test_a_record_given_the_rewards_it_stored_equals_the_record_read_back(store: TraceStore) -> None:
+    sid = store.create_session()
+    store.append_steps([make_step(sid, i) for i in range(3)])
+    store.add_reward(sid, 0.25, step=2, source="agent")
+    before = store.get_session(sid)
+    added = [RewardRecord(sid, 1.0, name="fn", source="environment"),
+             RewardRecord(sid, 0.5, name="fn", step_index=0, source="environment"),
+             RewardRecord(sid, -0.25, name="judge", step_index=2, source="judge")]
+    store.add_rewards(added)
+    before.apply_rewards(added)
+    after = store.get_session(sid)
+    for record in (before, after):
+        for reward in record.rewards:
+            reward.created_at = None  # set by the database when stored
+    assert before == after
+    assert (after.reward, [s.reward for s in after.steps]) == (1.0, [0.5, None, 0.0])
+
+
+def test_get_sessions_reads_many_in_the_order_asked(store: TraceStore) -> None:
+    sids = [store.create_session(task_id=f"t{i}") for i in range(3)]
+    store.append_steps([make_step(sids[1], 0)])
+    store.add_reward(sids[2], 1.0)
+    records = store.get_sessions([sids[2], sids[0], sids[1]])
+    assert [(r.id, r.task_id, len(r.steps), r.reward) for r in records] == [
+        (sids[2], "t2", 0, 1.0), (sids[0], "t0", 0, None), (sids[1], "t1", 1, None)]
+    assert store.get_sessions([]) == []
+    with pytest.raises(UnknownSession, match="no-such"):
+        store.get_sessions([sids[0], "no-such"])
+
+
 # -- many sessions at once (the trainer opens and ends a rollout's sessions in batches) ----------
 
 

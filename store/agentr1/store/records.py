@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -171,3 +172,18 @@ class SessionRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def apply_rewards(self, rewards: Iterable[RewardRecord]) -> None:
+        """Add ``rewards`` to this record as the store reads them back: appended to :attr:`rewards`,
+        :attr:`reward` the sum of the session-level ones (None without any), each step's ``reward`` the sum
+        of its own (None without any). The store builds every record it reads this way, and a writer that
+        just stored ``rewards`` (:meth:`TraceStore.add_rewards`) gets the same record without reading it again."""
+        self.rewards.extend(rewards)
+        outcome = [r.value for r in self.rewards if r.step_index is None]
+        self.reward = sum(outcome) if outcome else None
+        per_step: dict[int, float] = {}
+        for r in self.rewards:
+            if r.step_index is not None:
+                per_step[r.step_index] = per_step.get(r.step_index, 0.0) + r.value
+        for step in self.steps:
+            step.reward = per_step.get(step.index)

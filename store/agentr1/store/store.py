@@ -223,11 +223,19 @@ class TraceStore:
             return db.scalar(select(SessionRow.id).where(SessionRow.key_hash == key_hash))
 
     def get_session(self, session_id: str, *, steps: bool = True) -> SessionRecord:
+        return self.get_sessions([session_id], steps=steps)[0]
+
+    def get_sessions(self, session_ids: Sequence[str], *, steps: bool = True) -> list[SessionRecord]:
+        """Many sessions in one read, in the order asked; :class:`UnknownSession` for the first one not stored."""
+        if not session_ids:
+            return []
         with self._read() as db:
-            row = db.get(SessionRow, session_id)
-            if row is None:
-                raise UnknownSession(session_id)
-            return self._load_sessions(db, [row], steps=steps)[0]
+            rows = {r.id: r for r in db.scalars(select(SessionRow).where(SessionRow.id.in_(set(session_ids))))}
+            missing = next((sid for sid in session_ids if sid not in rows), None)
+            if missing is not None:
+                raise UnknownSession(missing)
+            records = {s.id: s for s in self._load_sessions(db, list(rows.values()), steps=steps)}
+        return [records[sid] for sid in session_ids]
 
     def list_sessions(
         self,
@@ -478,21 +486,17 @@ class TraceStore:
             ).all())
         out = []
         for r in rows:
-            outcome = [x.value for x in rewards[r.id] if x.step_index is None]
-            per_step: dict[int, float] = {}
-            for x in rewards[r.id]:
-                if x.step_index is not None:
-                    per_step[x.step_index] = per_step.get(x.step_index, 0.0) + x.value
-            records = [StepRecord.from_row(s, per_step.get(s.index)) for s in step_rows[r.id]]
+            records = [StepRecord.from_row(s) for s in step_rows[r.id]]
             restore_histories(records, [s.shared_history for s in step_rows[r.id]])
             superseded = superseded_steps(records)
             for record in records:
                 record.superseded_by = superseded.get(record.index)
-            out.append(SessionRecord(
+            session = SessionRecord(
                 id=r.id, run_id=r.run_id, task_id=r.task_id, group_id=r.group_id, status=r.status,
                 policy_version=r.policy_version, metadata=r.meta, error=r.error, created_at=r.created_at,
-                finished_at=r.finished_at, reward=sum(outcome) if outcome else None, rewards=rewards[r.id],
-                steps=records,
+                finished_at=r.finished_at, steps=records,
                 n_steps=len(step_rows[r.id]) if steps else counts.get(r.id, 0),
-            ))
+            )
+            session.apply_rewards(rewards[r.id])
+            out.append(session)
         return out
