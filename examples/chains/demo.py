@@ -39,14 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_has_bfloat16_matmuls", "main", "summarize"]
+__all__ = ["children_cpu_s", "cpu_has_bfloat16_matmuls", "latest_checkpoint", "main", "run_stage", "summarize"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = "examples/chains/demo.yaml"
 SFT_CONFIG = "examples/chains/sft.yaml"
 
 
-def _cpu_s() -> float:
+def children_cpu_s() -> float:
     """User + system CPU seconds of every finished child process."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -63,22 +63,22 @@ def _stage_env() -> dict[str, str]:
     return {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), **os.environ}
 
 
-def _run(title: str, command: list[str], log: Path, stages: dict[str, dict[str, float]]) -> None:
+def run_stage(title: str, command: list[str], log: Path, stages: dict[str, dict[str, float]]) -> None:
     """Run one stage; its progress line (one per step) goes to the terminal, its log to ``log``;
     its wall and CPU seconds go to ``stages``."""
     print(f"\n== {title} ({time.strftime('%H:%M:%S')})", flush=True)
-    started, cpu = time.monotonic(), _cpu_s()
+    started, cpu = time.monotonic(), children_cpu_s()
     with log.open("w") as err:
         proc = subprocess.run(command, cwd=ROOT, stderr=err, env=_stage_env())
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-15:]
         sys.exit(f"{title} failed (exit {proc.returncode}); the last lines of {log}:\n" + "\n".join(tail))
-    wall, cpu = time.monotonic() - started, _cpu_s() - cpu
+    wall, cpu = time.monotonic() - started, children_cpu_s() - cpu
     stages[log.stem] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
     print(f"   done in {wall:.0f} s ({cpu:.0f} CPU-s)", flush=True)
 
 
-def _latest(folder: Path) -> Path:
+def latest_checkpoint(folder: Path) -> Path:
     """The newest checkpoint's servable folder, ``<folder>/checkpoints/step_<k>/hf``."""
     steps = sorted((folder / "checkpoints").glob("step_*/hf"), key=lambda p: int(p.parent.name.split("_")[1]))
     if not steps:
@@ -135,7 +135,7 @@ def summarize(out: Path) -> dict[str, Any]:
         train_success=[h.get("success/train") for h in history if "success/train" in h],
         engine_dtype=config["actor_rollout_ref"]["rollout"]["engine_dtype"],
         val_kwargs=config["actor_rollout_ref"]["rollout"]["val_kwargs"],
-        checkpoint=str(_latest(out / "rl")), curves=str(out / "rl" / "curves.png"),
+        checkpoint=str(latest_checkpoint(out / "rl")), curves=str(out / "rl" / "curves.png"),
         sft_curves=str(out / "sft" / "curves.png"))
     return summary
 
@@ -181,20 +181,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     stages: dict[str, dict[str, float]] = {}
     python, agentr1 = [sys.executable], [str(bin_dir / "agentr1")]
 
-    _run(f"1/3 expert demonstrations: {args.demos} training chains, replayed through the gateway",
+    run_stage(f"1/3 expert demonstrations: {args.demos} training chains, replayed through the gateway",
          [*python, "-m", "agentr1.trainer.sft.replay", "examples.chains.expert:demonstrations", f"n={args.demos}",
           "size=short", "--db", str(out / "traces.db"), "--run-id", "chains-demos", "--model", args.model], out / "demos.log", stages)
-    _run(
+    run_stage(
         f"2/3 warm start: SFT on the {args.demos} demonstrations, {args.sft_epochs} epoch(s)",
         [*agentr1, "sft", SFT_CONFIG, f"data.db={db}", f"trainer.default_local_dir={out / 'sft'}",
          f"model.path={args.model}", f"trainer.total_epochs={args.sft_epochs}",
          f"data.train_batch_size={args.sft_batch}", f"optim.lr={args.sft_lr}",
          f"trainer.device={args.device}"], out / "sft.log", stages)
-    sft_checkpoint = _latest(out / "sft")
+    sft_checkpoint = latest_checkpoint(out / "sft")
     if args.device == "cpu" and not cpu_has_bfloat16_matmuls():  # demo.yaml's bfloat16 would be emulated: float32
         args.overrides = [*FLOAT32_OVERRIDES, *args.overrides]  # (the user's overrides still win)
         print("   (this CPU has no bfloat16 matrix products (AVX-512 BF16 / AMX): RL in float32, about twice as long)")
-    _run(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
+    run_stage(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
          "held-out success again",
          [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft_checkpoint}",
           f"trainer.default_local_dir={out / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     summary = summarize(out)
     summary.update(demos=args.demos, sft_checkpoint=str(sft_checkpoint), wall_s=round(time.monotonic() - started, 1),
-                   cpu_s=round(_cpu_s(), 1), stages=stages,
+                   cpu_s=round(children_cpu_s(), 1), stages=stages,
                    peak_rss_gb=round(_peak_rss_gb(), 2), load_average=os.getloadavg(), db=db)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     run_id = next(summary[d]["before_episodes"]["run_id"] for d in ("greedy", "sampled") if d in summary)
