@@ -3,8 +3,8 @@ protocol on the same held-out chains: greedy@1, mean@K and pass@K at temperature
 (``agentr1 eval --compare SFT RL``). This is how the recipe's learning claim is measured (docs/results.md).
 
 Per seed k: the expert's demonstrations (their own seed), ``agentr1 sft`` (``trainer.seed=k``), ``agentr1 train
-demo.yaml`` from that checkpoint (``trainer.seed=k``, ``data.seed=k``: other training chains; no evaluation inside
-the run), then ``agentr1 eval demo.yaml --compare SFT RL --n K --temperature 1`` on ``--val`` held-out chains
+demo.yaml`` from that checkpoint (``trainer.seed=k``, ``data.seed=k``: other training chains; inside the run only a greedy
+look at one chain), then ``agentr1 eval demo.yaml --compare SFT RL --n K --temperature 1`` on ``--val`` held-out chains
 (``data.seed`` 0's: the same chains for every seed, disjoint from every training and demonstration chain by
 construction). Writes ``<out>/seed<k>/compare.json`` (each task's outcomes), ``<out>/summary.json`` and prints a
 table; CPU seconds per stage are in the summary.
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run_stage(f"seed {seed}: RL, {args.rl_steps} GRPO steps",
              [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft}",
               f"trainer.default_local_dir={folder / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
-              f"trainer.seed={seed}", f"data.seed={seed}", "data.val_size=0", "trainer.device=cpu", *engine,
+              f"trainer.seed={seed}", f"data.seed={seed}", "data.val_size=1", "actor_rollout_ref.rollout.val_kwargs.n=0",
+              "trainer.device=cpu", *engine,
               *args.overrides], folder / "rl.log", done)
         rl = latest_checkpoint(folder / "rl")
         run_stage(f"seed {seed}: SFT against SFT+RL on {args.val} held-out chains (greedy, {args.n} samples at T=1)",
