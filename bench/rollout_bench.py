@@ -62,8 +62,9 @@ from agentr1.core import resolve_model  # noqa: E402
 from agentr1.envs import StepResult, register_env  # noqa: E402
 from agentr1.sdk import configure  # noqa: E402
 from agentr1.store import TraceStore  # noqa: E402
+from agentr1.trainer.agent_session import use_session_threads  # noqa: E402
 from agentr1.trainer.config import JobConfig  # noqa: E402
-from agentr1.trainer.rollout import AgentRunner, collect, use_session_threads  # noqa: E402
+from agentr1.trainer.rollout import AgentRunner, collect  # noqa: E402
 from agentr1.trainer.serving import start_serving  # noqa: E402
 from agentr1.trainer.tasks import load_tasks  # noqa: E402
 

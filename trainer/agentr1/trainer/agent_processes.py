@@ -11,7 +11,7 @@ trainer's.
 The trainer opens each session and ends it (many to a request); :class:`AgentProcesses` hands the open
 session and its task to the worker with the fewest sessions in flight (each worker runs any number at
 once, as the trainer's own loop does), which runs the agent in it and answers how it ended
-(:class:`~agentr1.trainer.rollout.SessionOutcome`). A worker that dies fails the sessions it had in
+(:class:`~agentr1.trainer.agent_session.SessionOutcome`). A worker that dies fails the sessions it had in
 flight (failure kind ``agent``, their error names the exit code), and is replaced on the next session.
 Workers are spawned, not forked
 (the trainer holds CUDA and threads), when the pool is made: their start (imports, ~1-2 s) is not paid
@@ -28,18 +28,27 @@ import itertools
 import logging
 import multiprocessing
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from agentr1.core import freeze_heap
 from agentr1.sdk import ActiveSession, configuration, configure, tagged_error
+from agentr1.trainer.agent_session import SessionOutcome, use_session_threads
 
 log = logging.getLogger("agentr1.trainer.agents")
 
 WORKER_SESSIONS = 1024  # sync sessions a worker runs at once, at most (the trainer bounds what it sends)
 
-__all__ = ["AgentProcesses"]
+__all__ = ["AgentProcesses", "Player"]
+
+
+class Player(Protocol):
+    """What a worker plays its sessions with (``agentr1.trainer.rollout.AgentRunner``), built in the worker by
+    the ``player`` given to :class:`AgentProcesses` (a module-level function: it is sent to a spawned process)."""
+
+    async def play(self, task: dict[str, Any], active: ActiveSession) -> SessionOutcome: ...
 
 
 @dataclass
@@ -56,10 +65,11 @@ class _Worker:
 class AgentProcesses:
     """``processes`` spawned workers that run :class:`AgentRunner` sessions for this process."""
 
-    def __init__(self, agent_config: dict[str, Any], processes: int) -> None:
+    def __init__(self, agent_config: dict[str, Any], processes: int, *, player: Callable[[dict[str, Any]], Player]
+                 ) -> None:
         if processes < 2:
             raise ValueError(f"AgentProcesses needs at least 2 processes, got {processes}")
-        self.agent_config, self.processes = agent_config, processes
+        self.agent_config, self.processes, self.player = agent_config, processes, player
         self._jobs = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
@@ -68,7 +78,7 @@ class AgentProcesses:
     def _start(self, index: int) -> _Worker:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        process = context.Process(target=_worker_main, args=(child, self.agent_config),
+        process = context.Process(target=_worker_main, args=(child, self.agent_config, self.player),
                                   name=f"agentr1-agents-{index}", daemon=True)
         process.start()
         child.close()
@@ -120,8 +130,6 @@ class AgentProcesses:
                 loop.call_soon_threadsafe(_settle, future, report, None)
 
     def _fail(self, worker: _Worker, why: str) -> None:
-        from agentr1.trainer.rollout import SessionOutcome
-
         with self._lock:
             worker.dead = worker.dead or why
             pending, worker.in_flight = worker.in_flight, {}
@@ -159,12 +167,9 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result) if error is None else future.set_exception(error)
 
 
-def _worker_main(conn: Connection, agent_config: dict[str, Any]) -> None:
+def _worker_main(conn: Connection, agent_config: dict[str, Any], player: Callable[[dict[str, Any]], Player]) -> None:
     """A worker: runs every session it is sent at once on its own event loop, answers each when it ends."""
-    from agentr1.trainer.config import AgentConfig
-    from agentr1.trainer.rollout import AgentRunner, SessionOutcome, use_session_threads
-
-    runner = AgentRunner(AgentConfig.model_validate({**agent_config, "processes": 1}))
+    runner = player(agent_config)
     freeze_heap()  # the imports and the agent's module: no full collection walks them mid-rollout
     conn.send((None, None))
 

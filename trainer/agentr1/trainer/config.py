@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from agentr1.gateway import GatewaySettings
 
 __all__ = [
     "DEFAULT_LAYOUT",
+    "RUBRIC_FIELDS",
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AgentConfig",
@@ -35,6 +37,7 @@ __all__ = [
     "TrackingOptions",
     "TrainerSection",
     "ValidationSampling",
+    "check_rubric",
     "load_yaml",
 ]
 
@@ -126,6 +129,18 @@ class StoreSelection(_Strict):
     created_before: str | None = None
 
 
+RUBRIC_FIELDS = frozenset({"task", "reference", "answer", "max_score", "step"})  # what a judge rubric may name
+
+
+def check_rubric(template: str) -> None:
+    """Raise ValueError if the template names fields other than :data:`RUBRIC_FIELDS`."""
+    names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    unknown = names - RUBRIC_FIELDS
+    if unknown or "" in names:
+        raise ValueError(f"reward.judge.rubric uses unknown fields {sorted(unknown or {'{}'})}; "
+                         f"available: {sorted(RUBRIC_FIELDS)}")
+
+
 class JudgeExample(_Strict):
     """A worked example for the judge (small judge models copy the reply format from these)."""
 
@@ -161,8 +176,6 @@ class JudgeConfig(_Strict):
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"reward.judge.base_url must be an http(s) URL, got {self.base_url!r}")
         if self.rubric is not None:
-            from agentr1.trainer.judge import check_rubric
-
             check_rubric(self.rubric)
         bad = [e.score for e in self.examples if not 0 <= e.score <= self.max_score]
         if bad:

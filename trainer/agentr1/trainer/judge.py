@@ -30,14 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import string
 import threading
 import time
 from collections import Counter
 from typing import Any
 
 from agentr1.store import SessionRecord, StepRecord, TraceStore
-from agentr1.trainer.config import JudgeConfig
+from agentr1.trainer.config import RUBRIC_FIELDS, JudgeConfig, check_rubric
 from agentr1.trainer.rewards import RewardError, is_trainable_step
 
 __all__ = ["DEFAULT_RUBRIC", "Judge", "JudgeBudgetExceeded", "JudgeFailure", "parse_score", "render_rubric"]
@@ -47,7 +46,6 @@ DEFAULT_RUBRIC = (
     "0 when it is wrong or missing, something in between for a partly correct answer.\n\n"
     "Task:\n{task}\n\nReference answer (may be empty):\n{reference}\n\nAssistant's answer:\n{answer}\n\n"
     "Reply with exactly one line: SCORE: <a number from 0 to {max_score}>")
-RUBRIC_FIELDS = frozenset({"task", "reference", "answer", "max_score", "step"})
 _SCORE_LINE = re.compile(r"^\s*SCORE:\s*([+-]?\d+(?:\.\d+)?)\s*$", re.IGNORECASE)
 
 
@@ -57,15 +55,6 @@ class JudgeFailure(RuntimeError):
 
 class JudgeBudgetExceeded(RewardError):
     """More judge calls than ``reward.judge.max_calls`` with ``over_budget: error``."""
-
-
-def check_rubric(template: str) -> None:
-    """Raise ValueError if the template names fields other than :data:`RUBRIC_FIELDS`."""
-    names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    unknown = names - RUBRIC_FIELDS
-    if unknown or "" in names:
-        raise ValueError(f"reward.judge.rubric uses unknown fields {sorted(unknown or {'{}'})}; "
-                         f"available: {sorted(RUBRIC_FIELDS)}")
 
 
 def render_rubric(template: str, **fields: Any) -> str:

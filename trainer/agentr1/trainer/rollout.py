@@ -20,13 +20,13 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentr1.core import frozen_heap, gil_switch_interval
 from agentr1.sdk import ActiveSession, SessionBatches, failure_error_text, failure_kind, run_command, session
 from agentr1.trainer.agent_processes import AgentProcesses
+from agentr1.trainer.agent_session import SessionOutcome
 from agentr1.trainer.config import AgentConfig
 from agentr1.trainer.tasks import load_callable
 
@@ -57,28 +57,6 @@ class RolloutReport:
     errors: list[str] = field(default_factory=list)  # the first few, for the log
 
 
-def use_session_threads(sessions: int) -> None:
-    """Sync agents run on the running loop's default executor, one thread a session: make room for ``sessions``
-    of them at once. asyncio's own executor has min(32, cpus + 4) threads, and the sessions beyond it waited for
-    others to end (a rollout in waves). Threads start as sessions need them."""
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=sessions + 4))
-
-
-@dataclass(frozen=True)
-class SessionOutcome:
-    """How an agent's run in its session ended: what the session is finished with, and what the report counts."""
-
-    status: str  # "finished" or "failed"
-    reward: float | None = None  # the agent's own outcome reward (a number it returned)
-    error: str | None = None  # the failed session's error, its failure kind first (agentr1.sdk.failures)
-    timed_out: bool = False
-    summary: str = ""  # one line for the rollout's log
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "finished"
-
-
 class AgentRunner:
     """Runs the configured agent for one task in a session of its own.
 
@@ -97,7 +75,7 @@ class AgentRunner:
             self.fn = self.fn.__wrapped__
         self.workers: AgentProcesses | None = None
         if config.processes > 1:
-            self.workers = AgentProcesses(config.model_dump(), config.processes)
+            self.workers = AgentProcesses(config.model_dump(), config.processes, player=worker_runner)
         self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[SessionBatches]] = \
             weakref.WeakKeyDictionary()
 
@@ -185,6 +163,12 @@ class AgentRunner:
         report.timed_out += timed_out
         if len(report.errors) < 5:
             report.errors.append(error)
+
+
+def worker_runner(agent_config: dict[str, Any]) -> AgentRunner:
+    """The runner inside an agent worker process (``agentr1.trainer.agent_processes``): it plays the sessions
+    it is sent in that process."""
+    return AgentRunner(AgentConfig.model_validate({**agent_config, "processes": 1}))
 
 
 async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, run_id: str, step: int,
