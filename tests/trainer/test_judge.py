@@ -16,7 +16,7 @@ from agentr1.trainer.config import JobConfig, JudgeConfig
 from agentr1.trainer.groups import failure_of
 from agentr1.trainer.judge import Judge, JudgeBudgetExceeded, JudgeFailure, parse_score
 from agentr1.trainer.rewards import RewardConfig
-from agentr1.trainer.scoring import score_sessions
+from agentr1.trainer.scoring import Scorer
 
 TASK = {"id": "t1", "question": "What is 5 + 7?", "answer": 12}
 
@@ -74,7 +74,7 @@ def test_judge_calls_are_recorded_linked_cached_and_budgeted(tmp_path, judge_gat
     judge = Judge(config, store, "run")
 
     # the tiny random model cannot write a SCORE line: a failure, recorded with the judge's text
-    sessions, rewards = score_sessions(store, [first], {"t1": TASK}, {"judge": judge}, RewardConfig())
+    sessions, rewards = Scorer(store, {"judge": judge}, RewardConfig()).score([first], {"t1": TASK})
     assert "unparseable judge reply" in rewards[first].failures["judge"]
     assert failure_of(sessions[0], rewards[first]) == "judge"  # the groups stage will not train it
     assert not [r for r in sessions[0].rewards if r.source == "judge"]  # no silent 0 stored
@@ -145,7 +145,7 @@ def test_a_real_judge_model_scores_sessions_and_steps(tmp_path, smollm2_path, mo
         config = JudgeConfig(base_url=f"{url}/v1", rubric=SHORT_RUBRIC, examples=EXAMPLES, mode=mode, max_tokens=8,
                              timeout_s=600)
         judge = Judge(config, store, "run")
-        sessions, rewards = score_sessions(store, [sid], {"t1": TASK}, {"judge": judge}, RewardConfig())
+        sessions, rewards = Scorer(store, {"judge": judge}, RewardConfig()).score([sid], {"t1": TASK})
     assert rewards[sid].failures == {}
     [record] = store.list_sessions("run-judge")
     assert record.status == "finished" and record.metadata["judge_of"] == sid
@@ -185,8 +185,9 @@ def test_in_the_training_loop_unscorable_sessions_are_counted_and_never_trained(
         trainer.close()
     step = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()][-1]
     assert step["step"] == 1 and step["failures/judge"] == 6 and step["groups/dropped"] == 2
-    # 6 training sessions and the held-out one evaluated before training (judge counters run until an update)
-    assert step["judge/calls"] + step["judge/cache_hits"] == 7 and step["batch/rows"] == 0
+    # 6 training sessions and the held-out task evaluated before training, greedily and once sampled (the default
+    # rollout.val_kwargs); the judge's counters run until an update
+    assert step["judge/calls"] + step["judge/cache_hits"] == 8 and step["batch/rows"] == 0
     assert "actor/optimizer_steps" not in step  # nothing to train on: no update on made-up zeros
     with TraceStore.open(tmp_path / "traces.db") as store:
         judged = {s.metadata["judge_of"] for s in store.list_sessions(f"{run_id}-judge", limit=100)}

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from agentr1.store import SessionRecord
-from agentr1.trainer.evaluate import outcome_metrics
 from agentr1.trainer.rewards import SessionRewards
 from agentr1.trainer.rollout import RolloutReport
+from agentr1.trainer.scoring import outcome_metrics
 from agentr1.trainer.sources import StepData, StepSource, TrainerContext
 
 __all__ = ["AsyncRollouts", "FinishedGroup", "RolloutProducer", "behaviour_version", "split_by_staleness"]
@@ -144,8 +144,8 @@ class RolloutProducer:
         started = time.monotonic()
         await asyncio.gather(*(sample(k) for k in range(n)))
         report.seconds = time.monotonic() - started
-        sessions, rewards = await asyncio.to_thread(trainer.score, report.sessions, {task["id"]: task})
-        sessions, rewards = await trainer.groups.complete(trainer, {task["id"]: task}, sessions, rewards,
+        sessions, rewards = await asyncio.to_thread(trainer.scorer.score, report.sessions, {task["id"]: task})
+        sessions, rewards = await trainer.groups.complete({task["id"]: task}, sessions, rewards,
                                                           step=trainer.state.step + 1, unopened=report.unopened)
         counters.completed += 1
         counters.sessions += len(report.sessions)

@@ -1,5 +1,5 @@
-"""Rollouts scored and summarised: the one place a set of tasks is run, scored and turned into
-success / reward metrics, for the training loop (train and held-out metrics) and ``agentr1 eval``.
+"""Evaluation: a set of tasks run, scored (the reward stage, ``agentr1.trainer.scoring``) and summarised under
+the evaluation protocol, for the training loop's held-out metrics and ``agentr1 eval``.
 
 `agentr1 eval` (:func:`evaluate_checkpoint`) serves a checkpoint through an embedded gateway and
 evaluates it under the protocol of ``agentr1.trainer.eval_metrics`` (:func:`run_protocol`: greedy pass@1, and
@@ -11,60 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentr1.gateway import EmbeddedGateway, GatewaySettings
-from agentr1.sdk import INFRASTRUCTURE_KINDS, configure, failure_kind_of_error
+from agentr1.sdk import configure
 from agentr1.store import SessionRecord, TraceStore
+from agentr1.trainer.agent_session import use_session_threads
 from agentr1.trainer.config import JobConfig, ValidationSampling
 from agentr1.trainer.eval_metrics import TaskResult, final_answer, protocol_metrics
-from agentr1.trainer.rewards import RewardConfig, SessionRewards
-from agentr1.trainer.rollout import AgentRunner, RolloutReport, collect, use_session_threads
-from agentr1.trainer.scoring import build_reward_fns, score_sessions
+from agentr1.trainer.rollout import AgentRunner, collect
+from agentr1.trainer.scoring import Scored, Scorer, answerable, outcome_metrics
 from agentr1.trainer.tasks import load_tasks
 
-__all__ = ["ProtocolRun", "Scored", "Scorer", "evaluate_checkpoint", "outcome_metrics", "run_and_score", "run_protocol",
-           "task_results"]
-
-
-@dataclass
-class Scorer:
-    """The reward stage of a job: its reward functions (and judge) over finished sessions, stored."""
-
-    store: TraceStore
-    reward_fns: dict[str, Callable[..., Any]]
-    reward_config: RewardConfig
-
-    @classmethod
-    def for_job(cls, job: JobConfig, store: TraceStore, run_id: str) -> Scorer:
-        return cls(store, build_reward_fns(job.reward, store, run_id),
-                   RewardConfig(outcome_placement=job.reward.outcome_placement))
-
-    def score(self, session_ids: list[str], tasks: dict[str, dict[str, Any]]
-              ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
-        return score_sessions(self.store, session_ids, tasks, self.reward_fns, self.reward_config)
-
-
-@dataclass
-class Scored:
-    report: RolloutReport
-    sessions: list[SessionRecord]
-    rewards: dict[str, SessionRewards]
-
-
-def outcome_metrics(sessions: Sequence[SessionRecord], rewards: dict[str, SessionRewards], *,
-                    success_key: str, reward_key: str) -> dict[str, float]:
-    """Success (the share of sessions with a positive outcome) and the mean outcome, over the sessions
-    the policy is answerable for: one that failed for an infrastructure reason (the SDK's failure kinds
-    timeout, backend, environment, cancelled) is left out and counted under ``<success_key>/infra_failed``;
-    any other session that did not finish counts as outcome 0. No sessions: both 0."""
-    judged = [s for s in sessions if s.status == "finished" or failure_kind_of_error(s.error) not in INFRASTRUCTURE_KINDS]
-    outcomes = [rewards[s.id].outcome if s.status == "finished" else 0.0 for s in judged]
-    n = max(1, len(outcomes))
-    return {success_key: sum(o > 0 for o in outcomes) / n, reward_key: sum(outcomes) / n,
-            f"{success_key}/infra_failed": float(len(sessions) - len(judged))}
+__all__ = ["ProtocolRun", "evaluate_checkpoint", "run_and_score", "run_protocol", "task_results"]
 
 
 async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, *, n: int, run_id: str,
@@ -122,7 +82,7 @@ def task_results(tasks: list[dict[str, Any]], greedy: Scored | None, sampled: Sc
         ordered = sorted(scored.sessions, key=lambda s: int((s.metadata or {}).get("sample", 0)))
         for session in ordered:
             result = by_id.get(str(session.task_id))
-            if result is None or not _judged(session):
+            if result is None or not answerable(session):
                 continue
             ok = session.status == "finished" and scored.rewards[session.id].outcome > 0
             if is_greedy:
@@ -132,10 +92,6 @@ def task_results(tasks: list[dict[str, Any]], greedy: Scored | None, sampled: Sc
             if with_answers:
                 result.answers.append(final_answer(_final_reply(session), numeric=numeric[result.task_id]))
     return list(by_id.values())
-
-
-def _judged(session: SessionRecord) -> bool:
-    return session.status == "finished" or failure_kind_of_error(session.error) not in INFRASTRUCTURE_KINDS
 
 
 def _final_reply(session: SessionRecord) -> str | None:

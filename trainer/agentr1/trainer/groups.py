@@ -29,19 +29,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from agentr1.sdk import FAILURE_KINDS, INFRASTRUCTURE_KINDS, failure_kind_of_error
 from agentr1.store import SessionRecord
+from agentr1.trainer.config import JobConfig
 from agentr1.trainer.rewards import SessionRewards
-from agentr1.trainer.rollout import RolloutReport, UnopenedSession
+from agentr1.trainer.rollout import AgentRunner, RolloutReport, UnopenedSession
+from agentr1.trainer.scoring import Scored, Scorer
 
-if TYPE_CHECKING:
-    from agentr1.trainer.config import JobConfig
-    from agentr1.trainer.loop import Trainer
+__all__ = ["GroupCompleter", "Resample", "SamplingMismatch", "check_sampling", "failure_of", "resampler"]
 
-__all__ = ["GroupCompleter", "SamplingMismatch", "check_sampling", "failure_of"]
+# What the completer needs to run missing samples again: (task, group id, the samples' numbers, training
+# step) -> those runs, scored. The trainer's is :func:`resampler`.
+Resample = Callable[[dict[str, Any], str, Sequence[int], int], Awaitable[Scored]]
 
 log = logging.getLogger("agentr1.trainer.groups")
 
@@ -77,16 +79,30 @@ def check_sampling(session: SessionRecord, temperature: float, top_p: float) -> 
     return None
 
 
-class GroupCompleter:
-    """Applies ``algorithm.incomplete_groups`` to the scored sessions of a rollout; counts as it goes."""
+def resampler(runner: AgentRunner, scorer: Scorer, *, run_id: str) -> Resample:
+    """The trainer's :data:`Resample`: the samples run at once by ``runner`` in run ``run_id``, then scored."""
 
-    def __init__(self, config: JobConfig) -> None:
+    async def resample(task: dict[str, Any], group_id: str, samples: Sequence[int], step: int) -> Scored:
+        report = RolloutReport()
+        await asyncio.gather(*(runner.run(task, run_id=run_id, group_id=group_id, sample=k, step=step, report=report)
+                               for k in samples))
+        sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, {task["id"]: task})
+        return Scored(report, sessions, rewards)
+
+    return resample
+
+
+class GroupCompleter:
+    """Applies ``algorithm.incomplete_groups`` to the scored sessions of a rollout; counts as it goes.
+    ``resample``: how missing samples are run again (None: they cannot be, the groups are dropped)."""
+
+    def __init__(self, config: JobConfig, resample: Resample | None = None) -> None:
         self.policy = config.algorithm.incomplete_groups
         self.attempts = config.algorithm.resample_attempts
+        self.resample = resample
         rollout = config.actor_rollout_ref.rollout
         self.temperature, self.top_p, self.sampling_check = rollout.temperature, rollout.top_p, rollout.sampling_check
         self.counts: Counter[str] = Counter()
-        self.reporters: list[Any] = []  # reward sources with their own counters (the judge)
 
     def take_metrics(self) -> dict[str, float]:
         """The counts since the last call (then reset): groups kept/dropped/resampled, failures by kind."""
@@ -96,18 +112,15 @@ class GroupCompleter:
         for key in ("groups/complete", "groups/incomplete", "groups/dropped", "groups/resampled",
                     "groups/completed_by_resampling", "groups/resampled_sessions", "sampling/mismatched_sessions"):
             metrics[key] = float(counts[key])
-        for reporter in self.reporters:
-            metrics.update(reporter.take_metrics())
         return metrics
 
-    async def complete(self, trainer: Trainer, tasks: dict[str, dict[str, Any]], sessions: list[SessionRecord],
+    async def complete(self, tasks: dict[str, dict[str, Any]], sessions: list[SessionRecord],
                        rewards: dict[str, SessionRewards], *, step: int,
                        unopened: Sequence[UnopenedSession] = ()
                        ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
         """The usable sessions of the complete groups (resampled where configured), and their rewards.
 
         ``unopened``: the runs of this rollout whose session was never created: missing members."""
-        self.reporters = [fn for fn in trainer.reward_fns.values() if hasattr(fn, "take_metrics")]
         groups: dict[str, list[SessionRecord]] = defaultdict(list)
         for s in sessions:
             groups[s.group_id or s.id].append(s)
@@ -124,7 +137,7 @@ class GroupCompleter:
                 self.counts["groups/resampled"] += 1
                 task_id = members[0].task_id if members else lost[group_id][0].task_id
                 sample = max([int(m.metadata.get("sample", 0)) for m in members] + [u.sample for u in lost[group_id]])
-                usable += await self._resample(trainer, tasks, task_id, sample, group_id, missing, rewards, step=step)
+                usable += await self._resample(tasks, task_id, sample, group_id, missing, rewards, step=step)
             self.counts["groups/incomplete" if missing else "groups/complete"] += 1
             if len(usable) == size:
                 self.counts["groups/completed_by_resampling"] += bool(missing)
@@ -162,12 +175,12 @@ class GroupCompleter:
             self.counts[f"failures/{u.kind}"] += 1
         return []
 
-    async def _resample(self, trainer: Trainer, tasks: dict[str, dict[str, Any]], task_id: str | None, sample: int,
+    async def _resample(self, tasks: dict[str, dict[str, Any]], task_id: str | None, sample: int,
                         group_id: str, missing: int, rewards: dict[str, SessionRewards], *, step: int
                         ) -> list[SessionRecord]:
         """Up to ``attempts`` rounds of new samples for the ``missing`` ones; the usable ones found."""
         task = tasks.get(task_id or "")
-        if task is None or trainer.runner is None:
+        if task is None or self.resample is None:
             return []
         found: list[SessionRecord] = []
         sample = sample + 1000  # resamples are told apart in the metadata
@@ -175,13 +188,9 @@ class GroupCompleter:
             need = missing - len(found)
             if need <= 0:
                 break
-            report = RolloutReport()
-            await asyncio.gather(*(trainer.runner.run(task, run_id=trainer.state.run_id, group_id=group_id,
-                                                      sample=sample + k, step=step, report=report)
-                                   for k in range(need)))
+            scored = await self.resample(task, group_id, range(sample, sample + need), step)
             sample += need
-            self.counts["groups/resampled_sessions"] += len(report.sessions) + len(report.unopened)
-            scored, new_rewards = await asyncio.to_thread(trainer.score, report.sessions, tasks)
-            rewards.update(new_rewards)
-            found += self._usable(scored, rewards) + self._count_unopened(report.unopened)
+            self.counts["groups/resampled_sessions"] += len(scored.report.sessions) + len(scored.report.unopened)
+            rewards.update(scored.rewards)
+            found += self._usable(scored.sessions, rewards) + self._count_unopened(scored.report.unopened)
         return found[:missing]

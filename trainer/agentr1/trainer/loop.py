@@ -13,25 +13,25 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentr1.core import resolve_model
 from agentr1.sdk import configure
-from agentr1.store import ImageStore, SessionRecord, TraceStore, normalize_url
+from agentr1.store import ImageStore, TraceStore, normalize_url
+from agentr1.trainer.agent_session import use_session_threads
 from agentr1.trainer.algorithms import AdvantageConfig, compute_advantages, get_adv_estimator
 from agentr1.trainer.async_loop import AsyncRollouts
 from agentr1.trainer.batch import BatchConfig, build_rows
 from agentr1.trainer.checkpoints import TrainerState, latest_checkpoint, save_checkpoint
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.distill import build_distiller
-from agentr1.trainer.evaluate import Scorer, outcome_metrics, run_protocol
-from agentr1.trainer.groups import GroupCompleter
+from agentr1.trainer.evaluate import run_protocol
+from agentr1.trainer.groups import GroupCompleter, resampler
 from agentr1.trainer.offline import OfflineSource, OfflineSteps
-from agentr1.trainer.rewards import SessionRewards
-from agentr1.trainer.rollout import AgentRunner, use_session_threads
+from agentr1.trainer.rollout import AgentRunner
 from agentr1.trainer.rows import TrainRow
+from agentr1.trainer.scoring import Scorer, outcome_metrics
 from agentr1.trainer.serving import Serving, start_serving
 from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
 from agentr1.trainer.tasks import TaskSampler, load_tasks
@@ -73,7 +73,6 @@ class Trainer:
             self.store.abandon_stale(dt.datetime.now(dt.UTC), run_id=self.state.run_id)
         self.store.ensure_run(self.state.run_id, cfg.run_name)
         self.scorer = Scorer.for_job(cfg, self.store, self.state.run_id)  # reward functions (+ judge)
-        self.groups = GroupCompleter(cfg)  # failed members: incomplete groups dropped or resampled
         self.serving: Serving | None = None
         # the engine's counters and the clock when the current step's window began
         self._engine_mark: tuple[float, dict[str, float]] = (time.monotonic(), {})
@@ -93,6 +92,9 @@ class Trainer:
             configure(self.serving.url)
         gateways = self.serving.rollout_urls if self.serving is not None else None
         self.runner = AgentRunner(cfg.agent, gateways=gateways) if cfg.agent is not None else None
+        # failed members: incomplete groups dropped, or their missing samples run again by the runner
+        self.groups = GroupCompleter(cfg, resample=None if self.runner is None else
+                                     resampler(self.runner, self.scorer, run_id=self.state.run_id))
         self.distiller = build_distiller(cfg, self.model_path, self.engine) if cfg.algorithm.distill else None
         self.sampler = TaskSampler(self.train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
                                    position=self.state.sampler_position)
@@ -102,15 +104,6 @@ class Trainer:
         self.source: StepSource = (OfflineSteps(self, offline) if cfg.offline is not None
                                    else AsyncRollouts(self, self.out_dir) if cfg.trainer.mode == "async"
                                    else SyncRollouts(self))
-
-    @property
-    def reward_fns(self) -> dict[str, Callable[..., Any]]:
-        return self.scorer.reward_fns
-
-    def score(self, session_ids: list[str], tasks: dict[str, dict[str, Any]]
-              ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]:
-        """The reward stage over finished sessions (stored), and every session's r_t."""
-        return self.scorer.score(session_ids, tasks)
 
     # -- train --------------------------------------------------------------------------------
 
@@ -157,7 +150,7 @@ class Trainer:
         batch = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
                                                       max_length=self.config.actor_rollout_ref.actor.max_length),
                            rewards=data.rewards)
-        metrics = {**data.metrics, **self.groups.take_metrics(),
+        metrics = {**data.metrics, **self.groups.take_metrics(), **self.scorer.take_metrics(),
                    **{f"batch/{k}": float(v) for k, v in batch.metrics.items()}}
         if not batch.rows:
             return metrics

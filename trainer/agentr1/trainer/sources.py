@@ -5,7 +5,7 @@ learn from it (rows, advantages, verl update, weight sync), end the step (state,
 metrics, checkpoint). A source is a :class:`StepSource`:
 
 - :class:`SyncRollouts` (``trainer.mode: sync``): the step's tasks are rolled out now with the
-  current policy, scored and completed (``agentr1.trainer.groups``);
+  current policy, scored (``agentr1.trainer.scoring``) and completed (``agentr1.trainer.groups``);
 - :class:`agentr1.trainer.async_loop.AsyncRollouts` (``trainer.mode: async``): a producer keeps
   rollouts running during updates; a step takes the next complete, fresh groups;
 - :class:`agentr1.trainer.offline.OfflineSteps` (``offline``): sessions already in a store.
@@ -18,20 +18,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from agentr1.store import SessionRecord
-from agentr1.trainer.evaluate import outcome_metrics
+from agentr1.trainer.checkpoints import TrainerState
+from agentr1.trainer.config import JobConfig
+from agentr1.trainer.groups import GroupCompleter
 from agentr1.trainer.rewards import SessionRewards
-from agentr1.trainer.rollout import collect
-
-if TYPE_CHECKING:
-    from agentr1.trainer.checkpoints import TrainerState
-    from agentr1.trainer.config import JobConfig
-    from agentr1.trainer.groups import GroupCompleter
-    from agentr1.trainer.rollout import AgentRunner
-    from agentr1.trainer.tasks import TaskSampler
-    from agentr1.trainer.tracking import Tracker
+from agentr1.trainer.rollout import AgentRunner, collect
+from agentr1.trainer.scoring import Scorer, outcome_metrics
+from agentr1.trainer.tasks import TaskSampler
+from agentr1.trainer.tracking import Tracker
 
 __all__ = ["StepData", "StepSource", "SyncRollouts", "TrainerContext"]
 
@@ -54,11 +51,9 @@ class TrainerContext(Protocol):
     state: TrainerState
     runner: AgentRunner | None
     sampler: TaskSampler
+    scorer: Scorer
     groups: GroupCompleter
     tracker: Tracker
-
-    def score(self, session_ids: list[str], tasks: dict[str, dict[str, Any]]
-              ) -> tuple[list[SessionRecord], dict[str, SessionRewards]]: ...
 
 
 class StepSource:
@@ -95,9 +90,8 @@ class SyncRollouts(StepSource):
                                max_concurrency=rollout.max_concurrency, switch_interval_s=rollout.switch_interval_s)
         for error in report.errors:
             log.warning("rollout failure: %s", error)
-        sessions, rewards = await asyncio.to_thread(t.score, report.sessions, by_id)
-        sessions, rewards = await t.groups.complete(t, by_id, sessions, rewards, step=step,
-                                                    unopened=report.unopened)
+        sessions, rewards = await asyncio.to_thread(t.scorer.score, report.sessions, by_id)
+        sessions, rewards = await t.groups.complete(by_id, sessions, rewards, step=step, unopened=report.unopened)
         min_version = t.state.policy_version - rollout.max_staleness
         fresh = [s for s in sessions if s.status == "finished" and s.policy_version >= min_version]
         return StepData(fresh, {s.id: rewards[s.id] for s in fresh}, {
