@@ -9,6 +9,7 @@ rollouts, the asynchronous producer (``trainer.mode: async``) or stored traces (
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -251,20 +252,30 @@ def rows_with_signal(rows: list[TrainRow]) -> list[TrainRow]:
     return [row for row in rows if any(a != 0.0 for a in row.advantages)]
 
 
+# the YAML actor section's own settings, read by the trainer (agentr1.trainer.batch, rows_with_signal), not the engine
+TRAINER_ACTOR_FIELDS = frozenset({"max_length", "skip_zero_advantage"})
+RENAMED_ACTOR_FIELDS = {"grad_clip": "clip_grad"}  # verl's actor.grad_clip is the engine's optimizer clip_grad
+
+
 def engine_config(cfg: JobConfig) -> Any:
+    """The policy engine's settings: the actor section passed through under its (verl's) names, ``optim.*`` and
+    ``policy_loss.loss_mode`` flattened as the engine names them, 0 batch sizes meaning "not set"; then the
+    critic's, the device's and the rollout correction's settings from their own sections."""
     from agentr1.trainer.engine import PolicyEngineConfig
 
     actor = cfg.actor_rollout_ref.actor
+    section = {**actor.model_dump(exclude={"optim", "policy_loss", *TRAINER_ACTOR_FIELDS}),
+               **actor.optim.model_dump(), "loss_mode": actor.policy_loss.loss_mode}
+    values = {RENAMED_ACTOR_FIELDS.get(name, name): value for name, value in section.items()}
+    known = {f.name for f in dataclasses.fields(PolicyEngineConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:  # a new actor field must reach the engine, or be declared the trainer's own above
+        raise ValueError(f"actor_rollout_ref.actor fields {unknown} have no policy engine setting")
+    for name in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu"):
+        values[name] = values[name] or None
     bypass = cfg.algorithm.rollout_correction.bypass_mode
     return PolicyEngineConfig(
-        lr=actor.optim.lr, weight_decay=actor.optim.weight_decay, clip_grad=actor.grad_clip,
-        loss_mode=actor.policy_loss.loss_mode, clip_ratio=actor.clip_ratio, loss_agg_mode=actor.loss_agg_mode,
-        entropy_coeff=actor.entropy_coeff, use_kl_loss=actor.use_kl_loss, kl_loss_coef=actor.kl_loss_coef,
-        kl_loss_type=actor.kl_loss_type, ppo_epochs=actor.ppo_epochs,
-        ppo_mini_batch_size=actor.ppo_mini_batch_size or None,
-        ppo_micro_batch_size_per_gpu=actor.ppo_micro_batch_size_per_gpu or None,
-        ppo_max_token_len_per_gpu=actor.ppo_max_token_len_per_gpu, gradient_checkpointing=actor.gradient_checkpointing,
-        param_dtype=actor.param_dtype, device=cfg.trainer.device,
+        **values, device=cfg.trainer.device,
         critic=get_adv_estimator(cfg.algorithm.adv_estimator).needs_values, seed=cfg.trainer.seed,
         critic_lr=cfg.critic.optim.lr, critic_warmup_steps=cfg.critic.optim.lr_warmup_steps,
         cliprange_value=cfg.critic.cliprange_value,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from agentr1.trainer.config import OptimConfig
 
-__all__ = ["KL_LOSS_TYPES", "LOSS_AGG_MODES", "PolicyEngineConfig"]
+__all__ = ["KL_LOSS_TYPES", "LOSS_AGG_MODES", "PolicyEngineConfig", "verl_actor_config"]
 
 # verl.trainer.ppo.core_algos.kl_penalty_forward; a trailing "+" (e.g. "k3+") uses k2's gradient.
 KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -135,3 +135,26 @@ class PolicyEngineConfig:
             raise ValueError("ppo_max_token_len_per_gpu must be >= 1")
         if self.clip_ratio_c <= 1.0:
             raise ValueError("clip_ratio_c must be > 1 (dual-clip PPO)")
+
+
+def verl_actor_config(config: PolicyEngineConfig) -> Any:
+    """verl's ``FSDPActorConfig`` (what ``ppo_loss`` and the policy-loss functions read), built from ``config``: every
+    field of ours that verl's actor config declares passes under its own name (None: verl's default), so a verl actor
+    field added here reaches verl without another line. Set here: what verl spells otherwise (``policy_loss`` is its
+    own object holding ``loss_mode``, ``grad_clip`` is our optimizer's ``clip_grad``) or what follows from our
+    settings (one-sided clip ratios default to ``clip_ratio``, dynamic batching without a micro-batch size)."""
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+    shared = {f.name for f in dataclasses.fields(FSDPActorConfig)} & {f.name for f in dataclasses.fields(config)}
+    values = {name: getattr(config, name) for name in shared if getattr(config, name) is not None}
+    values.update(
+        strategy="fsdp2",
+        rollout_n=1,
+        use_dynamic_bsz=config.ppo_micro_batch_size_per_gpu is None,
+        clip_ratio_low=config.clip_ratio if config.clip_ratio_low is None else config.clip_ratio_low,
+        clip_ratio_high=config.clip_ratio if config.clip_ratio_high is None else config.clip_ratio_high,
+        policy_loss=PolicyLossConfig(loss_mode=config.loss_mode, **config.policy_loss),
+        grad_clip=config.clip_grad,
+        use_torch_compile=False,  # the loss runs uncompiled; the engine's own compilation is engine_configs'
+    )
+    return FSDPActorConfig(**values)

@@ -39,7 +39,7 @@ import torch
 from ..rows import TrainRow
 from ._platform import prepare_verl
 from .batch import PaddedBatch, pad_rows, split_rows
-from .config import PolicyEngineConfig
+from .config import PolicyEngineConfig, verl_actor_config
 from .export import save_hf_directory
 from .multimodal import RowImageInputs
 from .verl_model import VerlModel
@@ -50,34 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["LocalPolicyEngine"]
 
 log = logging.getLogger(__name__)
-
-
-def _actor_loss_config(config: PolicyEngineConfig) -> Any:
-    """verl's ``FSDPActorConfig``: what ``ppo_loss`` and the policy-loss functions read."""
-    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
-
-    return FSDPActorConfig(
-        strategy="fsdp2",
-        rollout_n=1,
-        use_dynamic_bsz=config.ppo_micro_batch_size_per_gpu is None,
-        ppo_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,
-        ppo_max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
-        ppo_epochs=config.ppo_epochs,
-        clip_ratio=config.clip_ratio,
-        clip_ratio_low=config.clip_ratio if config.clip_ratio_low is None else config.clip_ratio_low,
-        clip_ratio_high=config.clip_ratio if config.clip_ratio_high is None else config.clip_ratio_high,
-        clip_ratio_c=config.clip_ratio_c,
-        policy_loss=PolicyLossConfig(loss_mode=config.loss_mode, **config.policy_loss),
-        loss_agg_mode=config.loss_agg_mode,
-        loss_scale_factor=config.loss_scale_factor,
-        entropy_coeff=config.entropy_coeff,
-        use_kl_loss=config.use_kl_loss,
-        kl_loss_coef=config.kl_loss_coef,
-        kl_loss_type=config.kl_loss_type,
-        tau_pos=config.tau_pos,
-        tau_neg=config.tau_neg,
-        use_torch_compile=False,
-    )
 
 
 def _critic_loss_config(config: PolicyEngineConfig) -> Any:
@@ -130,7 +102,7 @@ class LocalPolicyEngine:
         self.critic = (
             VerlModel(critic_path, role="critic", config=config, device=self.device) if config.critic else None
         )
-        self.actor_config = _actor_loss_config(config)
+        self.actor_config = verl_actor_config(config)
         self.critic_config = _critic_loss_config(config) if config.critic else None
         self.version = 0  # optimizer steps taken by update() calls
         self.critic_version = 0

@@ -33,8 +33,8 @@ import torch
 
 from ._platform import prepare_verl, resolve_device
 from .batch import PaddedBatch
-from .config import PolicyEngineConfig
-from .policy import LocalPolicyEngine, _actor_loss_config, _critic_loss_config
+from .config import PolicyEngineConfig, verl_actor_config
+from .policy import LocalPolicyEngine, _critic_loss_config
 from .verl_model import Role, engine_configs, reduce_metrics
 
 __all__ = ["RayModel", "RayPolicyEngine", "policy_engine_for", "start_ray"]
@@ -206,7 +206,7 @@ class RayPolicyEngine(LocalPolicyEngine):
         models = {role: RayModel(critic_path if role == "critic" else self.model_path, role=role, config=config,
                                  device=self.device, resource_pool=pool) for role in roles}
         self.actor, self.ref, self.critic = models["actor"], models.get("ref"), models.get("critic")
-        self.actor_config = _actor_loss_config(config)
+        self.actor_config = verl_actor_config(config)
         self.critic_config = _critic_loss_config(config) if config.critic else None
         self.version = 0
         self.critic_version = 0
