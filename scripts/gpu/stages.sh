@@ -9,6 +9,10 @@
 #   JOB_ARGS   extra key=value overrides of every evaluation and of the RL run, e.g. "agent.timeout_s=3600"
 #   CACHE_GB   GiB of KV cache per serving engine (default 8 on a GPU: several runs share it; the engine's own
 #              default takes a quarter of the memory free at its start)
+#   EVAL_ARGS  flags of every held-out evaluation, e.g. "--greedy --n 8 --temperature 1" (the protocol of
+#              docs/evaluation.md: greedy@1, mean@8, pass@8); each evaluation also writes its tasks' outcomes to
+#              <result>_tasks.json, so two checkpoints' evaluations pair up (agentr1.trainer.compare_evaluations)
+#   BASE       0: the pipeline skips the untrained policy's evaluation (default 1)
 #
 # The whole pipeline in the background (one device call runs at most 10 minutes; the pipeline outlives them):
 #   <script> start [WATCH_S]   launch `pipeline` (setsid) and watch it until WATCH_S s after the call began (560)
@@ -35,7 +39,7 @@
 # $RUN (/tmp/agentr1-$RECIPE) keeps the stores, checkpoints and $RESULTS ($RUN/results) between calls; `collect`
 # packs the results into $OUT (default out/gpu-$RECIPE). Every evaluation has a store of its own
 # ($RUN/evals/<run id>.db): small enough to bring back and open in the viewer.
-# Evaluation: one sample per held-out task at the configs' rollout temperature (1.0).
+# Evaluation: one sample per held-out task at the configs' rollout temperature (1.0), unless EVAL_ARGS says otherwise.
 # DEVICE=cpu runs the same stages on this machine with .venv (a dry run: add MODEL=<a tiny model dir> and small
 # sizes); MODEL replaces the starting model (SmolLM2-135M-Instruct) of both SFT and the untrained evaluation.
 OUT=${OUT:-$PWD/out/gpu-$RECIPE}
@@ -75,7 +79,9 @@ held_out_eval() {
   local run_id=$1 out=$2 db=$RUN/evals/$1.db
   shift 2
   rm -f "$db"  # an evaluation again (a resumed stage) starts its store anew
-  "${AGENTR1[@]}" eval "${JOB[@]}" "db=sqlite:///$db" "$@" --run-id "$run_id" | tail -n1 | tee "$out" || true
+  # shellcheck disable=SC2086
+  "${AGENTR1[@]}" eval "${JOB[@]}" "db=sqlite:///$db" "$@" ${EVAL_ARGS:-} --output "${out%.json}_tasks.json" \
+    --run-id "$run_id" | tail -n1 | tee "$out" || true
   grep -q '"success"' "$out" || { echo "evaluation $run_id gave no result" >&2; return 1; }
   basename "$db" > "${out%.json}_store.txt"
   "${PY[@]}" scripts/gpu/episode_stats.py "$db" "$run_id" "${out%.json}_stats.json"
@@ -272,8 +278,8 @@ stage_pipeline() {
   stage "pipeline: seeds $SEEDS, $RL_STEPS RL steps, training until $(date -d "@$deadline" +%T)"
   (while [ ! -f "$RUN/DONE" ]; do prune_checkpoints "$RUN"/seed*/rl "$RUN"/seed*/sft "$RUN"/sweep/n*/sft; sleep 20; done) &
   pruner=$!
-  stage_base > "$RUN/base.log" 2>&1 &
-  base=$!
+  base=
+  if [ "${BASE:-1}" != 0 ]; then stage_base > "$RUN/base.log" 2>&1 & base=$!; fi
   if [ -n "${SWEEP:-}" ]; then
     for n in $SWEEP; do stage_demos "$n" > "$RUN/demos_n$n.log" 2>&1; done  # one at a time: one store
     for n in $SWEEP; do
@@ -293,7 +299,7 @@ stage_pipeline() {
     pipeline_seed "$seed" "$deadline" &
     pids+=($!)
   done
-  for n in "${pids[@]}" "$base"; do wait "$n" || true; done
+  for n in "${pids[@]}" $base; do wait "$n" || true; done
   stage_summary > /dev/null
   stage_plot > /dev/null || true
   stage "pipeline done"
