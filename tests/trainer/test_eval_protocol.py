@@ -34,7 +34,7 @@ def test_greedy_is_deterministic_and_samples_differ_for_a_seeded_agent(tmp_path:
     job = eval_job(tmp_path, tiny_model_path, "e2e_agent:solve_seeded", val_size=3, max_concurrency=8)
     protocol = ValidationSampling(greedy=True, n=3, temperature=1.0)
     first = asyncio.run(evaluate_checkpoint(job, None, protocol=protocol, run_id="p1"))
-    second = asyncio.run(evaluate_checkpoint(job, None, protocol=protocol, run_id="p2"))
+    asyncio.run(evaluate_checkpoint(job, None, protocol=protocol, run_id="p2"))
     greedy1, greedy2 = _actions(job.db, "p1", "/greedy/"), _actions(job.db, "p2", "/greedy/")
     assert len(greedy1) == 3 and greedy1 == greedy2  # temperature 0 on every call, though the agent asks for 1
     sampled1, sampled2 = _actions(job.db, "p1", "/sampled/"), _actions(job.db, "p2", "/sampled/")
