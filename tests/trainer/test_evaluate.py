@@ -13,8 +13,8 @@ from agentr1.sdk.failures import failure_error_text
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.config import JobConfig, ValidationSampling
 from agentr1.trainer.evaluate import evaluate_checkpoint
-from agentr1.trainer.scoring import outcome_metrics
 from agentr1.trainer.rewards import SessionRewards
+from agentr1.trainer.scoring import outcome_metrics
 
 
 def test_outcome_metrics_count_agent_failures_as_zero_and_leave_out_infrastructure_failures():
