@@ -6,7 +6,17 @@
 #           VAL 256, no sweep, no untrained evaluation; EVAL_ARGS makes every evaluation the protocol's)
 # Both train until TRAIN_END_S after `start` began, whatever step they reached, then evaluate their last checkpoints;
 # scripts/gpu/protocol_summary.py pairs each seed's SFT and SFT+RL evaluations (the tests of `agentr1 eval --compare`).
-# Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh), carried in earlier calls.
+# Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh), carried in earlier calls. The working tree (~13 MB)
+# travels with every call, so .m1-.m3 (30 MB each) and .whl (34.5 MB) take four calls as prepare.sh splits them;
+# the same GGUF stream cut 17 / 52 / 21.5 MB (names gguf.xz.part1-3: gpu_smollm2 checks their concatenation) takes
+# three, the last one with a `git archive HEAD` snapshot (~1.8 MB) to run from, so uncommitted edits never run:
+#   cat .m1/* .m2/* .m3/* > j; mkdir .p1 .p2 .p3; head -c 17000000 j > .p1/gguf.xz.part1
+#   tail -c +17000001 j | head -c 52000000 > .p2/gguf.xz.part2; tail -c +69000001 j > .p3/gguf.xz.part3
+#   git archive HEAD sdk core gateway viewer trainer adapters store cli envs examples/chains scripts pyproject.toml | tar x -C .snap
+#   call 1 (carry .whl .tok .p1): mkdir -p /tmp/agentr1-carry; cp .p1/* /tmp/agentr1-carry/; source scripts/gpu/lib.sh; gpu_collect
+#   call 2 (carry .p2): cp .p2/* /tmp/agentr1-carry/
+#   call 3 (carry .p3 .snap): cp .p3/* /tmp/agentr1-carry/; cp -a .snap /tmp/snap; cd /tmp/snap; bash scripts/gpu/protocol_h200.sh start 200
+#   then: cd /tmp/snap; OUT=$OUT bash scripts/gpu/protocol_h200.sh collect WAIT_S (again until both are done)
 #
 #   protocol_h200.sh start [WATCH_S]    convert the model once, launch both pipelines (setsid: they outlive the call)
 #                                       and watch them until WATCH_S s after the call began (default 560)
