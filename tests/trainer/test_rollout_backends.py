@@ -104,13 +104,13 @@ def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_pa
     trainer.setup()
     try:
         [server] = trainer.serving.launcher.urls
-        assert httpx.get(server + "/get_weight_version").json()["weight_version"] == "default"
+        assert httpx.get(server + "/model_info").json()["weight_version"] == "default"
         before = sglang_logprobs(server)
         final = trainer.train()
 
         assert final["policy_version"] == 2.0
         assert versions_by_step(tmp_path, trainer.state.run_id) == {1: {0}, 2: {1}}  # as the server reported
-        assert httpx.get(server + "/get_weight_version").json()["weight_version"] == "2"
+        assert httpx.get(server + "/model_info").json()["weight_version"] == "2"
         after = sglang_logprobs(server)
         assert len(before) == len(after) == 4 and before != pytest.approx(after, abs=1e-4), "weights did not change"
         synced = sorted(p.name for p in (tmp_path / "out" / "weights-for-serving").iterdir())
@@ -244,7 +244,7 @@ def test_async_training_syncs_launched_sglang_servers_through_the_same_path(tmp_
         [server] = trainer.serving.launcher.urls
         final = trainer.train()
         assert final["policy_version"] == 2.0
-        assert httpx.get(server + "/get_weight_version").json()["weight_version"] == "2"
+        assert httpx.get(server + "/model_info").json()["weight_version"] == "2"
     finally:
         trainer.close()
     recorded = set().union(*versions_by_step(tmp_path, trainer.state.run_id).values())
