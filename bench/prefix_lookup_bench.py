@@ -6,7 +6,7 @@
 Every new row of an admission looks up the idle slot whose cached prefix its prompt continues
 (``agentr1.gateway.backends._prefix.PrefixIndex.longest``), on the engine's thread, between decode steps. In a
 rollout the prompts share their first ~150 ids (the system prompt) and differ after: the baseline, in the same run,
-is what the engine did before (session 18): compare the prompt with every prefix that starts like it (binary
+is what the engine did before (until 2026-12-04): compare the prompt with every prefix that starts like it (binary
 search over slice equality), the most recently used winning ties. Prints milliseconds per admission of
 ``--lookups`` rows (median of rounds) and the ratio.
 """

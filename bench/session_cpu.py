@@ -13,7 +13,7 @@ a list, ``POST /sessions/finish``), as the trainer does (``agentr1.sdk.SessionBa
 run: a bare FastAPI app with the same three single routes and pydantic bodies, answering at once
 (``bench/gateway_server.py``'s ``floor_app``), under the same uvicorn settings (``BackgroundServer``) and the same
 client. What agentr1 adds is the difference; a rollout of one-call sessions pays open + chat + finish on one event
-loop (docs/benchmarks.md, "Session 17 on the H200").
+loop (docs/benchmarks.md, the gateway rows).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 #
 # DEMOS sets how competent SFT leaves the policy (aim: 20-50% held-out, so RL has room). Measured on the H200
 # (2026-12-03, docs/results.md): 30 / 60 / 120 / 240 games -> 10.9 / 14.1 / 39.1 / 76.6% (seed 1); 120 over seeds
-# 1-3: 39-56%. `start` with SWEEP= skips the sweep (DEMOS=120 then). Session 12 (docs/results.md, first section):
+# 1-3: 39-56%. `start` with SWEEP= skips the sweep (DEMOS=120 then). The 2026-12-03 run (docs/results.md, rows 5-6):
 #   SWEEP= DEMOS=120 VAL=128 RL_STEPS=40 PIPELINE_S=1250 SAVE_FREQ=2 CACHE_GB=6 ... start 575; watch 585; collect 420
 # (three calls after the carries): SFT 41.1% -> SFT+RL 67.2% on 128 held-out games, 3 seeds, 26 steps of 39 s, with
 # the RL settings train_gpu.yaml now holds (outcome-only reward, advantage_floor 0).

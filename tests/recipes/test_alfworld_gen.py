@@ -253,7 +253,7 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
 
 
 def test_the_demonstrations_of_the_h200_runs_share_no_game_with_their_held_out_games():
-    """Session 12's ALFWorld run: SFT on the first 120 demonstrations, evaluation on 128 held-out games."""
+    """The 2026-12-03 ALFWorld run (docs/results.md, row 5): SFT on the first 120 demonstrations, evaluation on 128 held-out games."""
     from examples.alfworld.generated.sft_demos import demonstrations
 
     demos = demonstrations(120)
@@ -279,7 +279,7 @@ def test_the_outcome_alone_through_data_generator_kwargs():
     default = load_tasks(JobConfig.from_yaml(path, ["data.val_size=2"]).data, "val")
     job = JobConfig.from_yaml(path, ["data.val_size=2", "data.generator_kwargs={invalid_penalty: 0}"])
     rows = load_tasks(job.data, "val")
-    # the GPU config holds the outcome alone (session 12's ALFWorld gain)
+    # the GPU config holds the outcome alone (the 2026-12-03 ALFWorld gain)
     gpu = load_tasks(JobConfig.from_yaml(path.with_name("train_gpu.yaml"), ["data.val_size=2"]).data, "val")
     assert [r["env_kwargs"]["invalid_penalty"] for r in gpu] == [0.0, 0.0]
     assert [r["id"] for r in rows] == [r["id"] for r in default]

@@ -3,7 +3,7 @@
 A gateway serves every call on one event loop: parsing the request, rendering and tokenizing the prompt,
 recording the step, answering. On the H200's host that is about 1 ms of CPU a chat call, and in a rollout of
 128 one-call sessions the last call reached the engine 0.15-0.18 s after the first, the engine waiting on the
-loop (docs/benchmarks.md, "Session 18 on the H200"). Shards split that work over processes: each is a whole
+loop (docs/benchmarks.md, the rollout rows). Shards split that work over processes: each is a whole
 gateway (the same settings and store, its own event loop and session registry) whose backend is a
 ``LocalBackend(engine_address=...)`` sending its rows to the engine process that the main gateway's backend
 started. A session lives in one shard: it is opened there (``POST /sessions`` to that shard's URL), its calls go

@@ -269,11 +269,11 @@ class RolloutConfig(_Strict):
     max_concurrency: int = 16
     # the trainer process's GIL switch interval while a rollout runs (None: Python's 5 ms): the embedded
     # gateway's loop gives the GIL up at every socket and SQLite call and waits this long at most to take it back
-    # from a busy thread (agentr1.core.gil_switch_interval; docs/benchmarks.md, "Session 18")
+    # from a busy thread (agentr1.core.gil_switch_interval; docs/benchmarks.md, the rollout rows)
     gil_switch_interval_ms: float | None = Field(0.5, gt=0)
     # name local: gateway processes serving the rollout's sessions, sharing the engine process (1: the trainer's own
     # gateway alone). Each takes a share of the sessions' HTTP, rendering and recording work off the one event
-    # loop (agentr1.gateway.GatewayShards; docs/benchmarks.md, "Session 19"); more than 1 runs the engine in a
+    # loop (agentr1.gateway.GatewayShards; docs/benchmarks.md, the rollout rows); more than 1 runs the engine in a
     # process of its own. None: agentr1.trainer.serving.default_gateway_processes (4 on a GPU with 16 cores, 1 on
     # the CPU)
     gateway_processes: int | None = Field(None, ge=1, le=64)

@@ -181,7 +181,7 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
 def default_gateway_processes(engine_process: bool) -> int:
     """``rollout.gateway_processes`` when the job leaves it unset: with the engine in a process of its own (a GPU),
     one gateway process per 4 cores up to 4 (on the H200's 16 cores 4 took a calculator rollout from 0.56-0.62 to
-    0.66-0.67 of the engine's own speed, docs/benchmarks.md "Session 19"); else 1 (on the CPU the engine needs the
+    0.66-0.67 of the engine's own speed, docs/benchmarks.md, the rollout rows); else 1 (on the CPU the engine needs the
     cores)."""
     if not engine_process:
         return 1
