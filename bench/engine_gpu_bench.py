@@ -35,13 +35,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 def import_engine() -> Any:
     """``LocalBackend``; where fastapi is missing, ``agentr1.gateway`` is entered without its app."""
-    for part in ("core", "gateway", "tests/backends"):
-        sys.path.insert(0, str(ROOT / part))
+    for folder in ("src", "tests/backends"):
+        sys.path.insert(0, str(ROOT / folder))
     try:
         import fastapi  # noqa: F401
     except ImportError:
         package = types.ModuleType("agentr1.gateway")
-        package.__path__ = [str(ROOT / "gateway/agentr1/gateway")]
+        package.__path__ = [str(ROOT / "src/agentr1/gateway")]
         sys.modules["agentr1.gateway"] = package
     from agentr1.gateway.backends.local import LocalBackend
 

@@ -5,7 +5,7 @@ working tree, in alternating rounds of one run.
 
 Both trees run as ``agentr1 gateway --backend vllm`` (durable SQLite) in front of one instant backend
 (bench/instant_vllm.py), as bench/peer_bench.py runs agentr1; the ``--before`` tree is a ``git archive`` of
-that revision put first on ``PYTHONPATH`` (the packages' folders), the other is the working tree. Each round
+that revision put first on ``PYTHONPATH`` (its ``src`` folder), the other is the working tree. Each round
 sends ``--calls`` sequential calls of the 11-message peer prompt to each gateway, the order flipped from
 round to round, and reads the gateway process's CPU time (psutil, user + system). Printed per tree: CPU ms
 per call of every round and their median, and the client's p50 per round. The ratio of the medians is the
@@ -31,7 +31,12 @@ from peer_bench import conversation, free_port, start_backend
 from peers import AgentR1, start_process, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["sdk", "core", "gateway", "viewer", "trainer", "adapters", "store", "cli", "envs"]
+PACKAGES = ["sdk", "core", "gateway", "viewer", "trainer", "adapters", "store", "cli", "envs"]  # before src/ (2026-12-05)
+
+
+def package_folders(root: Path) -> list[Path]:
+    """The folders to put on ``PYTHONPATH`` for the tree at ``root``: ``src`` or, for older revisions, one per part."""
+    return [root / "src"] if (root / "src" / "agentr1").is_dir() else [root / p for p in PACKAGES]
 
 
 class TreeGateway(AgentR1):
@@ -46,7 +51,7 @@ class TreeGateway(AgentR1):
         cmd = [str(Path(sys.executable).parent / "agentr1"), "gateway", "--backend", "vllm", "--backend-url",
                self.backend_url, "--model", "smollm2", "--db", self.db, "--port", str(self.port),
                "--accept-any-model", "--log-level", "warning"]
-        env = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(str(self.root / p) for p in PACKAGES)}
+        env = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(str(p) for p in package_folders(self.root))}
         self.proc = start_process(cmd, cwd=self.tmp, log=self.tmp / f"{self.label}.log", env=env)
         wait_ready(f"{self.url}/ready", self.proc)
 

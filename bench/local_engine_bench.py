@@ -75,7 +75,7 @@ def engine_at(commit: str) -> Any:
     folder = Path(tempfile.mkdtemp()) / package
     folder.mkdir()
     (folder / "__init__.py").write_text("")
-    backends = "gateway/agentr1/gateway/backends"
+    backends = "src/agentr1/gateway/backends"
     names = subprocess.run(["git", "ls-tree", "--name-only", f"{sha}:{backends}"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split()
     for name in names:

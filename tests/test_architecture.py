@@ -112,7 +112,7 @@ def public_api_violations(source: str, part: str) -> list[str]:
 def test_parts_import_each_other_only_through_public_apis() -> None:
     problems = []
     for part in PARTS:
-        for path in sorted((ROOT / part).rglob("*.py")):
+        for path in sorted((ROOT / "src" / "agentr1" / part).rglob("*.py")):
             problems += [f"{path.relative_to(ROOT)} {p}" for p in public_api_violations(path.read_text(), part)]
     assert not problems, "\n".join(problems)
 

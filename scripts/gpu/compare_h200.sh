@@ -52,7 +52,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} MKL_NUM_THREADS=${MKL_NUM_THREADS:-
 # the engine in each run's own process, not a child of its own: 21 CUDA contexts instead of 42, and with 16 cores
 # for 21 runs the engine process's separate GIL buys nothing (docs/benchmarks.md, rollouts inside agentr1 train)
 export AGENTR1_ENGINE_PROCESS=${AGENTR1_ENGINE_PROCESS:-0}
-# (no expandable_segments: CUDA IPC fails under it, see gateway/agentr1/gateway/backends/_engine_process.py)
+# (no expandable_segments: CUDA IPC fails under it, see src/agentr1/gateway/backends/_engine_process.py)
 source scripts/gpu/stages.sh
 CALL_START=$(date +%s)
 

