@@ -15,6 +15,7 @@ from agentr1.cli.sft import sft
 from agentr1.cli.traces import app as traces_app
 from agentr1.cli.train import train
 from agentr1.cli.view import view
+from agentr1.core import keep_freed_memory
 
 app = typer.Typer(
     name="agentr1",
@@ -43,6 +44,7 @@ def main(
     _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Show the version."),
 ) -> None:
     """agentr1: an OpenAI-compatible gateway that records exact step traces, and a trainer."""
+    keep_freed_memory()  # glibc keeps freed memory for reuse in this process and its children (AGENTR1_MALLOC)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ sampled ids with it; the trainer, the SFT code and the CLI resolve models and re
 turns with the same code, so both sides agree token for token. Rendering is the public
 subpackage :mod:`agentr1.core.rendering`. :func:`freeze_heap` / :func:`frozen_heap` keep Python's full garbage
 collections off the serving path (the engine process, agent workers, a rollout); :func:`gil_switch_interval`
-shortens the GIL hand-offs for a stretch of serving (a rollout in the trainer's process).
+shortens the GIL hand-offs for a stretch of serving (a rollout in the trainer's process); :func:`keep_freed_memory`
+keeps glibc from handing freed memory back to the kernel (the CLI applies it to every command).
 """
 
+from agentr1.core.allocator import MALLOC_SETTINGS, keep_freed_memory
 from agentr1.core.heap import freeze_heap, frozen_heap
 from agentr1.core.lazy import lazy_exports
 from agentr1.core.model_packages import PACKAGED_MODELS, ModelFetchError, packaged_model
@@ -26,6 +28,7 @@ from agentr1.core.switching import gil_switch_interval
 from agentr1.core.vision_models import build_tiny_random_vlm, ensure_tiny_vlm, is_vlm_dir, load_vlm_processor
 
 __all__ = [
+    "MALLOC_SETTINGS",
     "PACKAGED_MODELS",
     "SMOLLM2_DIRNAME",
     "ModelFetchError",
@@ -42,6 +45,7 @@ __all__ = [
     "frozen_heap",
     "gil_switch_interval",
     "is_vlm_dir",
+    "keep_freed_memory",
     "lazy_exports",
     "load_callable",
     "load_vlm_processor",
