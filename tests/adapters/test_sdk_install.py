@@ -1,5 +1,5 @@
 """The agent side installs light: a wheel of the project in a fresh venv pulls only the base
-dependencies (httpx, pydantic, typer), and `import agentr1.sdk` loads neither torch nor SQLAlchemy."""
+dependencies (httpx, pydantic, typer), and `import agentr1.sdk` loads neither torch nor SQLAlchemy; `agentr1 --help` works there."""
 
 from __future__ import annotations
 
@@ -35,3 +35,5 @@ def test_sdk_wheel_installs_and_imports_without_torch_or_sqlalchemy(tmp_path):
     check = ("import sys, agentr1.sdk, agentr1.sdk.propagation; from agentr1.sdk import rollout, session, reward, "
              f"run_command; heavy = [m for m in {HEAVY!r} if m in sys.modules]; assert not heavy, heavy; print('ok')")
     assert _run(python, "-c", check, cwd=tmp_path).strip() == "ok"  # cwd: not the source tree
+    # the command's shell works on the base install too (its callback sets glibc's malloc options via agentr1.core)
+    assert "Usage" in _run(tmp_path / "venv" / "bin" / "agentr1", "--help", cwd=tmp_path)
