@@ -34,6 +34,7 @@ def chat(
     """Chat with the policy; every turn is a recorded step (see it with `agentr1 traces show` or `agentr1 view`)."""
     import httpx
 
+    # the viewer's chat client: not loaded for other commands
     from agentr1.viewer import ChatError, GatewayChat
 
     names = [t.strip() for item in tools for t in item.split(",") if t.strip()]

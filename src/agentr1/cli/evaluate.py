@@ -46,6 +46,7 @@ def evaluate(
     """Evaluate a checkpoint (greedy@1, mean@K, pass@K, maj@K with 95% intervals), or compare two."""
     import asyncio
 
+    # lazy: the trainer extra (torch, verl) stays off --help
     from agentr1.trainer import compare_evaluations, comparison_table, evaluate_checkpoint, metrics_table
 
     if split not in ("train", "val"):
@@ -74,6 +75,7 @@ def evaluate(
 def _protocol(job: Any, *, temperature: float | None, n: int | None, greedy: bool) -> Any:
     from pydantic import ValidationError
 
+    # lazy: the trainer extra stays off --help
     from agentr1.trainer import ValidationSampling
 
     base = job.actor_rollout_ref.rollout.val_kwargs

@@ -53,6 +53,7 @@ def gateway(**options: Any) -> None:
         typer.secho(f"error: --backend {settings.backend} needs --backend-url (each server's address)", fg="red",
                     err=True)
         raise typer.Exit(2)
+    # lazy: the gateway extra (fastapi, torch) stays off --help
     from agentr1.gateway import ContextPolicyError, build_policy
 
     try:
@@ -62,6 +63,7 @@ def gateway(**options: Any) -> None:
         raise typer.Exit(2) from exc
     logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if options["otlp_endpoint"]:
+        # lazy: the gateway extra stays off --help
         from agentr1.gateway import configure_otlp
 
         configure_otlp(options["otlp_endpoint"])
@@ -112,6 +114,7 @@ def _launch(settings: Any) -> Any:
     If supervision later gives up on one, the gateway is stopped (SIGTERM to itself)."""
     import os
 
+    # lazy: the gateway extra stays off --help
     from agentr1.gateway.backends import LaunchError, launch_servers
 
     def stop_gateway(error: LaunchError) -> None:

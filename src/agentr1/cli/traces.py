@@ -74,6 +74,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print the whole trace as JSON."),
 ) -> None:
     """Show one session step by step."""
+    # lazy: the store extra (SQLAlchemy) stays off --help
     from agentr1.store import UnknownSession
 
     with _open(db) as store:
@@ -123,6 +124,7 @@ def export(
     fmt: str | None = typer.Option(None, "--format", help="jsonl or parquet (default: from the file name)."),
 ) -> None:
     """Export a run's sessions and steps."""
+    # lazy: the store extra stays off --help
     from agentr1.store import export_run
 
     with _open(db) as store:

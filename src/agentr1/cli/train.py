@@ -29,6 +29,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Train the policy: rollout -> reward -> replay -> update, step by step (resumes by default)."""
+    # lazy: the trainer extra (torch, verl) stays off --help
     from agentr1.trainer import Trainer
 
     job = load_job(config, overrides)
