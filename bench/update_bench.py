@@ -1,5 +1,5 @@
-"""Policy-update speed: one GRPO update of :class:`~agentr1.trainer.engine.LocalPolicyEngine` on a fixed synthetic
-batch, under each of several engine settings, alternating in one process.
+"""Policy-update speed: one GRPO update of :class:`~agentr1.trainer.policy.LocalPolicy` on a fixed synthetic
+batch, under each of several policy settings, alternating in one process.
 
     .venv/bin/python bench/update_bench.py                                   # float32 vs bf16 compute, the demo's shape
     .venv/bin/python bench/update_bench.py --rows 8 --repeat 1 --variants '{}' '{"gradient_checkpointing": false}'
@@ -8,8 +8,8 @@ The batch has the laptop demo's shape (``examples/chains/demo.yaml``): groups wh
 ``--prompt-tokens`` ids (the chains agent's system message and task), responses of two or three model calls with
 tool results between them (no loss on those), advantages +1/-1, mini-batches of 2 rows, micro-batches of at most
 1,024 tokens, gradient checkpointing, the demo's learning rate. Ids are random (the speed does not depend on them).
-Each variant (a JSON object of :class:`~agentr1.trainer.engine.PolicyEngineConfig` fields over that base) builds
-a fresh engine, runs one update, and is freed before the next; ``--repeat`` rounds alternate the variants. Prints
+Each variant (a JSON object of :class:`~agentr1.trainer.policy.PolicyConfig` fields over that base) builds
+a fresh policy, runs one update, and is freed before the next; ``--repeat`` rounds alternate the variants. Prints
 a markdown table (wall and CPU seconds of the update, seconds per row, the ratio to the first variant's best) and
 one JSON line.
 """
@@ -27,7 +27,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from agentr1.core import resolve_model
-from agentr1.trainer.engine import LocalPolicyEngine
+from agentr1.trainer.policy import LocalPolicy
 from agentr1.trainer.rows import Segment, TrainRow
 
 BASE = dict(lr=2e-5, ppo_mini_batch_size=2, ppo_max_token_len_per_gpu=1024, gradient_checkpointing=True,
@@ -62,11 +62,11 @@ def demo_rows(groups: int, per_group: int, prompt_tokens: int, seed: int = 0) ->
 
 
 def run_variant(model: str, rows: list[TrainRow], variant: dict[str, Any]) -> dict[str, float]:
-    engine = LocalPolicyEngine(model, **{**BASE, **variant})
+    policy = LocalPolicy(model, **{**BASE, **variant})
     wall, cpu = time.perf_counter(), time.process_time()
-    metrics = engine.update(rows)
+    metrics = policy.update(rows)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    del engine
+    del policy
     gc.collect()
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "pg_loss": round(float(metrics.get("actor/pg_loss", 0)), 4)}
 
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=258)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--variants", nargs="+", default=['{"param_dtype": "fp32"}', '{"param_dtype": "bf16"}'],
-                        help="JSON objects of PolicyEngineConfig fields over the base")
+                        help="JSON objects of PolicyConfig fields over the base")
     args = parser.parse_args()
     model = str(resolve_model(args.model))
     rows = demo_rows(args.groups, args.rows, args.prompt_tokens)

@@ -57,7 +57,7 @@ MMAP_THRESHOLD = 4 << 20  # glibc's mmap threshold for the stages (bytes)
 
 def _stage_env() -> dict[str, str]:
     """The stages' environment: glibc's mmap threshold at 4 MiB unless the caller set one. The training code pins
-    it at 128 KiB (``agentr1.trainer.engine.memory``: a dynamic threshold let the heap fragment to 19 GB), which
+    it at 128 KiB (``agentr1.trainer.policy.memory``: a dynamic threshold let the heap fragment to 19 GB), which
     makes every tensor over 128 KiB a fresh, zero-filled mapping: 174 of the demo's 1,374 CPU-seconds were system
     time. At 4 MiB: 110 of 1,272, peak 5.47 instead of 4.6 GiB (measured 2026-12-03 on the 2-core VM)."""
     return {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), **os.environ}

@@ -78,13 +78,13 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
                       quiet=True)
     trainer.setup()
     end_step = trainer.end_step
-    probe = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).eval()  # gets the engine's weights
+    probe = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).eval()  # gets the policy's weights
 
     def measure_policy() -> dict[str, float]:
-        """The held-out measure of the weights the engine holds now (those just synced to serving)."""
-        missing, unexpected = probe.load_state_dict(trainer.engine.state_dict_for_serving(copy=False), strict=False)
+        """The held-out measure of the weights the policy holds now (those just synced to serving)."""
+        missing, unexpected = probe.load_state_dict(trainer.policy.state_dict_for_serving(copy=False), strict=False)
         if unexpected or set(missing) - {"lm_head.weight"}:  # lm_head may be tied to the embeddings
-            raise RuntimeError(f"engine weights do not fit the student: missing {missing}, unexpected {unexpected}")
+            raise RuntimeError(f"the policy's weights do not fit the student: missing {missing}, unexpected {unexpected}")
         return reference.measure(probe)
 
     async def measured_end_step(step: int, metrics: dict[str, float]) -> None:

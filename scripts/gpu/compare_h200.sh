@@ -27,8 +27,8 @@
 # Layout: $RUN (/tmp/agentr1-compare): traces.db (demos, SFT evaluations), results/seed<k>/ (SFT, stages.sh),
 # results/rl/<estimator>/seed<k>/ (the RL run: metrics.jsonl, train.log, eval.json, eval_stats.json, run.json),
 # driver.log, monitor.log. Disk: a checkpoint of SmolLM2-135M is ~0.6 GB of hf/ and ~1.7 GB of optimizer state
-# (engine/; ~3.4 GB with a critic): 21 runs would fill the 64 GB disk, so only the newest checkpoint of each run is
-# kept, and only its hf/ (what the evaluation needs). KEEP_RESUME=1 keeps its engine/ too, while more than
+# (policy/; ~3.4 GB with a critic): 21 runs would fill the 64 GB disk, so only the newest checkpoint of each run is
+# kept, and only its hf/ (what the evaluation needs). KEEP_RESUME=1 keeps its policy/ too, while more than
 # MIN_FREE_GB (12) are free: then `resume` continues runs that the deadline cut.
 # DEVICE=cpu (with MODEL=<tiny model dir>, small VAL, DEMOS, RL_STEPS, ESTIMATORS, SEEDS) is the dry run on a CPU.
 set -euo pipefail
@@ -52,7 +52,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} MKL_NUM_THREADS=${MKL_NUM_THREADS:-
 # the engine in each run's own process, not a child of its own: 21 CUDA contexts instead of 42, and with 16 cores
 # for 21 runs the engine process's separate GIL buys nothing (docs/benchmarks.md, rollouts inside agentr1 train)
 export AGENTR1_ENGINE_PROCESS=${AGENTR1_ENGINE_PROCESS:-0}
-# (no expandable_segments: CUDA IPC fails under it, see src/agentr1/gateway/backends/_engine_process.py)
+# (no expandable_segments: CUDA IPC fails under it, see src/agentr1/engine/process.py)
 source scripts/gpu/stages.sh
 CALL_START=$(date +%s)
 
@@ -85,7 +85,7 @@ run = {"estimator": name, "seed": int(seed), "rc": int(rc), "steps": steps, "ste
 print(json.dumps(run))
 PY
   # a finished run is never resumed: its optimizer state goes (~2-4 GB each); a cut one keeps it for `resume`
-  if [ "$rc" -eq 0 ]; then rm -rf "$dir"/checkpoints/step_*/engine; fi
+  if [ "$rc" -eq 0 ]; then rm -rf "$dir"/checkpoints/step_*/policy; fi
   rl_eval "$name" "$seed"  # at once: runs that end early are evaluated while the others train
 }
 
@@ -107,11 +107,11 @@ rl_eval() {
 prune_and_monitor() {
   local free
   while [ ! -f "$RUN/DONE" ]; do
-    prune_checkpoints "$RL"/*/seed*  # (a complete checkpoint: its engine/ was written before it was renamed)
+    prune_checkpoints "$RL"/*/seed*  # (a complete checkpoint: its policy/ was written before it was renamed)
     free=$(df -BG --output=avail "$RUN" | tail -n1 | tr -dc 0-9)
     if [ "${free:-0}" -lt "${MIN_FREE_GB:-12}" ]; then  # the disk first: the runs lose `resume`, never their hf/
       echo "$(date +%T) only ${free} GB free: removing the optimizer state of every checkpoint" >> "$RUN/monitor.log"
-      rm -rf "$RL"/*/seed*/checkpoints/step_*[0-9]/engine
+      rm -rf "$RL"/*/seed*/checkpoints/step_*[0-9]/policy
     fi
     {
       echo "$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg) disk $(df -h /tmp | awk 'NR==2 {print $3 "/" $2}')" \
@@ -186,7 +186,7 @@ stage_start() {
   done
   for pid in "${pids[@]}"; do wait "$pid" || { echo "an SFT stage failed:"; tail -n 30 "$RUN"/sft_s*.log; exit 3; }; done
   for seed in $SEEDS; do tail -n1 "$OUT/seed$seed/sft_eval.json"; done
-  rm -rf "$RUN"/seed*/sft/checkpoints/step_*/engine  # RL starts from hf/; the SFT optimizer state is ~2 GB a seed
+  rm -rf "$RUN"/seed*/sft/checkpoints/step_*/policy  # RL starts from hf/; the SFT optimizer state is ~2 GB a seed
   launch_driver $((CALL_START + RL_TRAIN_END_S))
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # verl on Ray on the GPU machine (no network): GRPO steps of the calculator recipe
-# (examples/calculator/train_gpu.yaml) with trainer.engine=ray — verl's FSDP TrainingWorker as a Ray
+# (examples/calculator/train_gpu.yaml) with trainer.policy=ray — verl's FSDP TrainingWorker as a Ray
 # actor per GPU, the policy served by the trainer's embedded engine and synced after every update —
 # then tokens/s per GPU of the update step, MFU and the learning curve (scripts/gpu/ray_summary.py).
 #
@@ -75,7 +75,7 @@ rm -rf "$RUN"
 copier=$!
 set +e
 time timeout --signal=INT --kill-after=30 "$LIMIT_S" "${AGENTR1[@]}" train examples/calculator/train_gpu.yaml \
-  trainer.device=cuda trainer.engine=ray trainer.n_gpus_per_node="$GPUS" trainer.nnodes=1 \
+  trainer.device=cuda trainer.policy=ray trainer.n_gpus_per_node="$GPUS" trainer.nnodes=1 \
   trainer.default_local_dir="$RUN" db="sqlite:///$RUN/traces.db" "$@" --quiet
 status=$?
 set -e

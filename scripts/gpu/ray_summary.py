@@ -1,4 +1,4 @@
-"""Throughput and MFU of the update step of a `trainer.engine=ray` run, and its learning curve.
+"""Throughput and MFU of the update step of a `trainer.policy=ray` run, and its learning curve.
 
 Usage: python scripts/gpu/ray_summary.py RUN_DIR MODEL_DIR N_GPUS [PEAK_FLOPS]
 

@@ -105,7 +105,7 @@ prune_checkpoints() {
   local run ck
   for run in "$@"; do
     last_checkpoints "$run" | head -n -1 | while read -r ck; do rm -rf "$ck"; done
-    if [ "${KEEP_RESUME:-0}" = 0 ]; then rm -rf "$run"/checkpoints/step_*[0-9]/engine; fi
+    if [ "${KEEP_RESUME:-0}" = 0 ]; then rm -rf "$run"/checkpoints/step_*[0-9]/policy; fi
   done
 }
 

@@ -62,16 +62,16 @@ def _config(tmp_path: Path, model: Path, **extra: Any) -> JobConfig:
 
 
 def _run(config: JobConfig, updates: list[tuple[int, set[str]]], patch: Any = None) -> Trainer:
-    """Train; record (step, session ids) of every batch that reaches the engine's update."""
+    """Train; record (step, session ids) of every batch that reaches the policy's update."""
     trainer = Trainer(config, quiet=True)
     trainer.setup()
-    real_update = trainer.engine.update
+    real_update = trainer.policy.update
 
     def update(rows: Any, **kw: Any) -> Any:
         updates.append((trainer.state.step + 1, {r.session_id for r in rows}))
         return real_update(rows, **kw)
 
-    trainer.engine.update = update
+    trainer.policy.update = update
     if patch is not None:
         patch(trainer)
     try:
@@ -82,25 +82,25 @@ def _run(config: JobConfig, updates: list[tuple[int, set[str]]], patch: Any = No
 
 
 def _raise_in_update_at_step_2(trainer: Trainer) -> None:
-    real = trainer.engine.update
+    real = trainer.policy.update
 
     def update(rows: Any, **kw: Any) -> Any:
         if trainer.state.step + 1 == 2:
             raise Interrupted("interrupted after the rollout, before the update")
         return real(rows, **kw)
 
-    trainer.engine.update = update
+    trainer.policy.update = update
 
 
 def _raise_in_checkpoint_save_at_step_2(trainer: Trainer) -> None:
-    real = trainer.engine.save_checkpoint
+    real = trainer.policy.save_checkpoint
 
     def save_checkpoint(path: Path) -> None:
-        if trainer.state.step == 2:  # hf/ is written, the engine state is not: a save cut in half
+        if trainer.state.step == 2:  # hf/ is written, the policy state is not: a save cut in half
             raise Interrupted("interrupted while saving the checkpoint")
         real(path)
 
-    trainer.engine.save_checkpoint = save_checkpoint
+    trainer.policy.save_checkpoint = save_checkpoint
 
 
 def _raise_after_the_step_1_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,8 +108,8 @@ def _raise_after_the_step_1_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = loop.save_checkpoint
 
-    def save_then_die(out_dir: Path, engine: Any, state: TrainerState) -> Path:
-        real(out_dir, engine, state)
+    def save_then_die(out_dir: Path, policy: Any, state: TrainerState) -> Path:
+        real(out_dir, policy, state)
         raise Interrupted("interrupted right after a checkpoint was saved")
 
     monkeypatch.setattr(loop, "save_checkpoint", save_then_die)

@@ -14,7 +14,7 @@ import pytest
 from agentr1.store import SessionRecord, StepRecord, TraceStore
 from agentr1.trainer.async_loop import FinishedGroup, behaviour_version, split_by_staleness
 from agentr1.trainer.config import JobConfig
-from agentr1.trainer.loop import Trainer, engine_config
+from agentr1.trainer.loop import Trainer, policy_config
 from agentr1.trainer.rollout import RolloutReport
 
 # -- the agent and tasks of the end-to-end test ----------------------------------------------------
@@ -72,12 +72,12 @@ def test_async_config_errors_are_clear():
     with pytest.raises(ValueError, match=r"trainer\.mode"):
         JobConfig.model_validate({**base, "trainer": {"mode": "later"}})
     ok = JobConfig.model_validate({**base, "actor_rollout_ref": {"rollout": {"max_staleness": 1}}})
-    assert engine_config(ok).rollout_is == "token"  # importance weights from the rollout log-probs
-    assert engine_config(JobConfig.model_validate({"agent": {"entrypoint": "m:f"}})).rollout_is is None
+    assert policy_config(ok).rollout_is == "token"  # importance weights from the rollout log-probs
+    assert policy_config(JobConfig.model_validate({"agent": {"entrypoint": "m:f"}})).rollout_is is None
     # bypass_mode: the rollout log-probs are the PPO ratio's anchor, no separate importance weights
     bypass = {**base, "actor_rollout_ref": {"rollout": {"max_staleness": 1}},
               "algorithm": {"rollout_correction": {"bypass_mode": True}}}
-    settings = engine_config(JobConfig.model_validate(bypass))
+    settings = policy_config(JobConfig.model_validate(bypass))
     assert settings.bypass_mode and settings.rollout_is is None
     settings.validate()
 
@@ -100,16 +100,16 @@ def _config(tmp_path: Path, model: Path, steps: int) -> JobConfig:
 
 
 def _train_with_update_spy(config: JobConfig, seen: list[tuple[int, list[str]]]) -> dict[str, float]:
-    """Run the trainer; record (policy version, session ids) of every batch reaching engine.update."""
+    """Run the trainer; record (policy version, session ids) of every batch reaching policy.update."""
     trainer = Trainer(config, quiet=True)
     trainer.setup()
-    real_update = trainer.engine.update
+    real_update = trainer.policy.update
 
     def update(rows, **kw):
         seen.append((trainer.state.policy_version, sorted({r.session_id for r in rows})))
         return real_update(rows, **kw)
 
-    trainer.engine.update = update
+    trainer.policy.update = update
     try:
         return trainer.train()
     finally:

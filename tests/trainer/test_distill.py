@@ -96,8 +96,8 @@ def scoring_sglang_app(model_path: Path):
     for positions k..end, each the log-prob of that token given the tokens before it (null at
     position 0, which has no context). Log-probs from the real model (transformers, float32)."""
     import torch
-    from engine_fixtures import load_plain_model
     from fastapi import FastAPI
+    from policy_fixtures import load_plain_model
 
     model = load_plain_model(model_path)
     app = FastAPI()
@@ -119,16 +119,16 @@ def scoring_sglang_app(model_path: Path):
 
 @pytest.mark.slow
 def test_local_and_sglang_teachers_score_the_exact_tokens(tiny_model_path):
-    from engine_fixtures import load_plain_model, plain_logprobs
+    from policy_fixtures import load_plain_model, plain_logprobs
 
     from agentr1.gateway.server import BackgroundServer
     from agentr1.trainer.distill import LocalTeacher, SGLangTeacher
-    from agentr1.trainer.engine import LocalPolicyEngine
+    from agentr1.trainer.policy import LocalPolicy
 
     rows = [_row([1, 1, 1]), _row([1, 0, 1, 1, 1])]
     rows[1].prompt_ids = [5, 6, 7, 8]
     expected = [t.tolist() for t in plain_logprobs(load_plain_model(tiny_model_path), rows)]
-    local = LocalTeacher(tiny_model_path, LocalPolicyEngine(tiny_model_path, device="cpu"))
+    local = LocalTeacher(tiny_model_path, LocalPolicy(tiny_model_path, device="cpu"))
     with BackgroundServer(scoring_sglang_app(tiny_model_path), ready_path="/health", startup_timeout_s=30) as url:
         remote = SGLangTeacher(url)
         for teacher in (local, remote):

@@ -18,7 +18,7 @@ import yaml
 from agentr1.store import TraceStore
 from agentr1.trainer.algorithms import AdvantageConfig, compute_advantages, list_adv_estimators
 from agentr1.trainer.batch import BatchConfig, build_rows
-from agentr1.trainer.engine import LocalPolicyEngine
+from agentr1.trainer.policy import LocalPolicy
 from agentr1.trainer.rewards import assemble_rewards
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,12 +80,12 @@ def critic_losses_on_a_fixed_batch(db: Path, model: Path, estimator: str, update
         run = next(r.id for r in store.list_runs() if not r.id.endswith("-eval") and r.n_sessions)
         sessions = [store.get_session(s.id) for s in store.list_sessions(run, status="finished", limit=100)]
     rows = build_rows(sessions, BatchConfig(layout="merged"), rewards=assemble_rewards(sessions)).rows
-    engine = LocalPolicyEngine(model, device="cpu", critic=True, critic_lr=1e-4, lr=1e-3, calculate_entropy=False)
-    values = engine.compute_values(rows)
+    policy = LocalPolicy(model, device="cpu", critic=True, critic_lr=1e-4, lr=1e-3, calculate_entropy=False)
+    values = policy.compute_values(rows)
     for row, v in zip(rows, values, strict=True):
         row.values = v
     compute_advantages(rows, AdvantageConfig(adv_estimator=estimator, gamma=1.0, lam=0.95))
-    return [engine.update_critic(rows)["critic/vf_loss"] for _ in range(updates)]
+    return [policy.update_critic(rows)["critic/vf_loss"] for _ in range(updates)]
 
 
 # each estimator once, the two loop modes alternating over them (both modes for all 14 pairs took ~35 min on

@@ -16,7 +16,7 @@ from PIL import Image
 from agentr1.core.rendering import PreviousTurn, VisionRenderer, load_vision_renderer, plan_prompt
 from agentr1.store import StepRecord, TraceStore
 from agentr1.trainer.batch import BatchConfig, build_rows
-from agentr1.trainer.engine.multimodal import MissingImagesError
+from agentr1.trainer.policy.multimodal import MissingImagesError
 from agentr1.trainer.rows import TrainRow
 
 
@@ -67,10 +67,10 @@ def stored(tiny_vlm_path: Path, renderer: VisionRenderer, tmp_path_factory: pyte
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_vlm_path: Path, stored):
-    from agentr1.trainer.engine.policy import LocalPolicyEngine
+def policy(tiny_vlm_path: Path, stored):
+    from agentr1.trainer.policy.local import LocalPolicy
 
-    policy = LocalPolicyEngine(tiny_vlm_path, device="cpu", lr=1e-3)
+    policy = LocalPolicy(tiny_vlm_path, device="cpu", lr=1e-3)
     policy.image_store = stored[0].images
     return policy
 
@@ -106,9 +106,9 @@ def test_batch_builder_carries_each_rows_images(stored, renderer: VisionRenderer
         p.ids.count(renderer.image_token_id) for p in renderer.images(stored[2][0]))
 
 
-def test_engine_logprobs_equal_a_plain_forward_with_the_same_pixels(engine, stored, renderer, tiny_vlm_path) -> None:
+def test_policy_logprobs_equal_a_plain_forward_with_the_same_pixels(policy, stored, renderer, tiny_vlm_path) -> None:
     rows = rows_of(stored)
-    got = engine.compute_logprobs(rows)
+    got = policy.compute_logprobs(rows)
     for row, messages, values in zip(rows, stored[2], got, strict=True):
         with_images = plain_logprobs(tiny_vlm_path, renderer, row, messages, images=True)
         without = plain_logprobs(tiny_vlm_path, renderer, row, messages, images=False)
@@ -117,7 +117,7 @@ def test_engine_logprobs_equal_a_plain_forward_with_the_same_pixels(engine, stor
         assert max(abs(a - b) for a, b in zip(values, without, strict=True)) > 1e-3
 
 
-def test_update_sees_the_images(engine, stored, renderer, tiny_vlm_path) -> None:
+def test_update_sees_the_images(policy, stored, renderer, tiny_vlm_path) -> None:
     """ppo_kl = mean(old - current): zero when the old log-probs are the plain forward with the images, clearly
     not when they are the forward without them. So the training forward itself carries the pixels."""
     rows = rows_of(stored)
@@ -126,28 +126,28 @@ def test_update_sees_the_images(engine, stored, renderer, tiny_vlm_path) -> None
                    for r, m in zip(rows, stored[2], strict=True)]
     gap = sum(abs(a - b) for w, o in zip(with_images, without, strict=True) for a, b in zip(w, o, strict=True))
     assert gap > 1e-2
-    vision_before = {n: t.clone() for n, t in engine.actor.named_tensors() if "vision" in n}
-    metrics = engine.update(rows, old_log_probs=with_images)
+    vision_before = {n: t.clone() for n, t in policy.actor.named_tensors() if "vision" in n}
+    metrics = policy.update(rows, old_log_probs=with_images)
     assert metrics["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)
     assert metrics["actor/pg_clipfrac"] == 0.0
-    after = engine.compute_logprobs(rows)
+    after = policy.compute_logprobs(rows)
     flat = [v for r in after for v in r]
     assert flat != pytest.approx([v for r in with_images for v in r], abs=1e-4)  # the step changed the policy
     # the gradient reached the vision encoder through the image tokens
-    vision_after = dict(engine.actor.named_tensors())
+    vision_after = dict(policy.actor.named_tensors())
     assert vision_before and any(not torch.equal(t, vision_after[n]) for n, t in vision_before.items())
-    metrics = engine.update(rows, old_log_probs=engine.compute_logprobs(rows))
+    metrics = policy.update(rows, old_log_probs=policy.compute_logprobs(rows))
     assert abs(metrics["actor/ppo_kl"]) < 1e-5
 
 
-def test_missing_or_mismatched_images_are_refused(engine, stored) -> None:
+def test_missing_or_mismatched_images_are_refused(policy, stored) -> None:
     rows = rows_of(stored)
     dropped = TrainRow(**{**{f: getattr(rows[0], f) for f in rows[0].__slots__}, "images": ()})
     with pytest.raises(MissingImagesError, match="image tokens but no images"):
-        engine.compute_logprobs([dropped])
+        policy.compute_logprobs([dropped])
     swapped = TrainRow(**{**{f: getattr(rows[0], f) for f in rows[0].__slots__}, "images": rows[1].images})
     with pytest.raises(MissingImagesError, match="images make"):
-        engine.compute_logprobs([swapped])
+        policy.compute_logprobs([swapped])
     unknown = TrainRow(**{**{f: getattr(rows[1], f) for f in rows[1].__slots__}, "images": ("0" * 64,)})
     with pytest.raises(MissingImagesError, match="missing"):
-        engine.compute_logprobs([unknown])
+        policy.compute_logprobs([unknown])

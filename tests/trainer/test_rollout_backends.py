@@ -119,7 +119,7 @@ def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_pa
         # the server goes down: the next weight sync fails with the backend's message, nothing hangs
         trainer.serving.launcher.stop()
         with pytest.raises(BackendError, match="weight update failed on every sglang server"):
-            asyncio.run(trainer.serving.sync(trainer.engine))
+            asyncio.run(trainer.serving.sync(trainer.policy))
     finally:
         trainer.close()
     assert (tmp_path / "out" / "servers" / "sglang-0.log").is_file()

@@ -84,7 +84,7 @@ def test_demonstrations_to_sft_checkpoint_served_by_the_gateway(tmp_path, tiny_m
     manifest = [json.loads(line) for line in (out / "sft_data.jsonl").read_text().splitlines()]
     assert len(manifest) == 5 and not any(m["rendered_from_text"] for m in manifest)
     checkpoint = out / "checkpoints" / "step_6"
-    assert summary["checkpoint"] == str(checkpoint / "hf") and (checkpoint / "engine").is_dir()
+    assert summary["checkpoint"] == str(checkpoint / "hf") and (checkpoint / "policy").is_dir()
     before, after = load_file(str(tiny_model_path / "model.safetensors")), load_file(
         str(checkpoint / "hf" / "model.safetensors"))
     assert any(not (before[k] == after[k]).all() for k in before if k in after)

@@ -13,12 +13,12 @@ Staleness. Every step records the policy version that sampled it (the gateway do
 session whose calls span a weight sync has steps of versions v and v+1; its *oldest* step is the
 most off-policy, so a group's behaviour version is the oldest version among its sessions' steps.
 Its lag is the current policy version minus that; groups with lag > ``rollout.max_staleness`` are
-dropped when taken (``async/dropped_stale``) and never reach ``engine.update``. What remains
+dropped when taken (``async/dropped_stale``) and never reach ``policy.update``. What remains
 off-policy is corrected per token with verl's rollout correction (``rollout_is="token"``:
 truncated importance weights between the policy before the update and the recorded rollout
 log-probs), as offline training does.
 
-Weight sync. ``engine.sync_to(backend)`` waits only for the model calls in flight, then copies the
+Weight sync. ``policy.sync_to(backend)`` waits only for the model calls in flight, then copies the
 weights; agents between calls (in a tool, an environment step) keep running, and calls arriving
 meanwhile queue for the copy's duration. The bounded queue of finished groups
 (``train_batch_size * (max_staleness + 1)``) stops the producer from racing far ahead.

@@ -1,5 +1,5 @@
-"""Checkpoints: `<out>/checkpoints/step_<k>/` holds a servable HF directory (`hf/`), the engine's
-resumable state (`engine/`: weights, optimizer, schedule) and the trainer's state (`trainer_state.json`:
+"""Checkpoints: `<out>/checkpoints/step_<k>/` holds a servable HF directory (`hf/`), the policy's
+resumable state (`policy/`: weights, optimizer, schedule) and the trainer's state (`trainer_state.json`:
 step, task position, run id, policy version). A checkpoint directory appears only when complete
 (written under a temporary name, then renamed), so an interrupted save never looks resumable.
 
@@ -44,13 +44,13 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return done[max(done)] if done else None
 
 
-def save_checkpoint(out_dir: Path, engine: Any, state: TrainerState) -> Path:
+def save_checkpoint(out_dir: Path, policy: Any, state: TrainerState) -> Path:
     final = checkpoints_dir(out_dir) / f"step_{state.step}"
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    engine.save(partial / "hf")
-    engine.save_checkpoint(partial / "engine")
+    policy.save(partial / "hf")
+    policy.save_checkpoint(partial / "policy")
     (partial / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)

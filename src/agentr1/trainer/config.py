@@ -342,8 +342,8 @@ class PolicyLossConfig(_Strict):
 
 
 class OptimConfig(_Strict):
-    """The actor's optimizer. ``weight_decay`` 0.0 is what RL runs always used (the engine's
-    ``PolicyEngineConfig`` takes its default from here; SFT declares its own, 0.01, as verl's SFT does)."""
+    """The actor's optimizer. ``weight_decay`` 0.0 is what RL runs always used (the policy's
+    ``PolicyConfig`` takes its default from here; SFT declares its own, 0.01, as verl's SFT does)."""
 
     lr: float = 1e-6
     weight_decay: float = 0.0
@@ -426,11 +426,11 @@ class TrainerSection(TrackingOptions):
     seed: int = 0
     critic_warmup: int = Field(0, ge=0)  # verl's name: the first N steps train only the critic (gae, steppo)
     mode: Literal["sync", "async"] = "sync"  # async: rollouts continue during updates (agentr1.trainer.async_loop)
-    # ray: verl's FSDP workers as Ray actors (agentr1.trainer.engine.ray_engine, docs/scale-out.md)
-    engine: Literal["local", "ray"] = "local"
-    n_gpus_per_node: int = Field(1, ge=1)  # engine ray: workers per node for each model (verl's name)
+    # ray: verl's FSDP workers as Ray actors (agentr1.trainer.policy.ray_policy, docs/scale-out.md)
+    policy: Literal["local", "ray"] = "local"
+    n_gpus_per_node: int = Field(1, ge=1)  # policy ray: workers per node for each model (verl's name)
     nnodes: int = Field(1, ge=1)
-    ray_address: str | None = None  # engine ray: a running cluster ("auto" after `ray start`); None: start one here
+    ray_address: str | None = None  # policy ray: a running cluster ("auto" after `ray start`); None: start one here
 
 
 class JobConfig(_Strict):

@@ -12,10 +12,10 @@ distribution of states, which is what makes the distillation on-policy.
 otherwise it is added to them with weight ``coef`` (task reward plus a dense teacher signal).
 
 Teachers: :class:`LocalTeacher` (a HF model held by verl's FSDP engine code, the forward the
-policy engine uses for its own log-probs) and :class:`SGLangTeacher` (a remote SGLang server's
+policy uses for its own log-probs) and :class:`SGLangTeacher` (a remote SGLang server's
 prefill-only scoring of given tokens). The student's log-probs are the rollout log-probs the
 gateway recorded (the distribution the tokens were sampled from); rows without them are
-recomputed by the policy engine. Teacher log-probs are taken at temperature 1 (the target).
+recomputed by the policy. Teacher log-probs are taken at temperature 1 (the target).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from agentr1.trainer.rows import TrainRow
 
 if TYPE_CHECKING:
     from agentr1.trainer.config import JobConfig
-    from agentr1.trainer.engine import LocalPolicyEngine
+    from agentr1.trainer.policy import LocalPolicy
 
 __all__ = ["Distiller", "LocalTeacher", "SGLangTeacher", "Teacher", "build_distiller", "check_same_tokenizer",
            "reverse_kl_advantages"]
@@ -96,14 +96,14 @@ class LocalTeacher:
     """A HF teacher in this process, run by the same verl FSDP model code as the policy's own
     log-probs (``VerlModel(role="ref")``: frozen, inference only)."""
 
-    def __init__(self, model_path: str | os.PathLike[str], engine: LocalPolicyEngine) -> None:
-        from agentr1.trainer.engine.verl_model import VerlModel
+    def __init__(self, model_path: str | os.PathLike[str], policy: LocalPolicy) -> None:
+        from agentr1.trainer.policy.verl_model import VerlModel
 
-        self.model = VerlModel(Path(model_path), role="ref", config=engine.config, device=engine.device)
-        self.pad_id = engine.pad_token_id
+        self.model = VerlModel(Path(model_path), role="ref", config=policy.config, device=policy.device)
+        self.pad_id = policy.pad_token_id
 
     def logprobs(self, rows: Sequence[TrainRow]) -> list[list[float]]:
-        from agentr1.trainer.engine.batch import pad_rows
+        from agentr1.trainer.policy.batch import pad_rows
 
         batch = pad_rows(rows, pad_id=self.pad_id)
         out = self.model.infer(batch, temperature=1.0)["log_probs"]
@@ -161,7 +161,7 @@ class Distiller:
         return reverse_kl_advantages(rows, teacher, student, coef=self.coef, alone=self.alone)
 
 
-def build_distiller(cfg: JobConfig, student_path: Path, engine: LocalPolicyEngine) -> Distiller:
+def build_distiller(cfg: JobConfig, student_path: Path, policy: LocalPolicy) -> Distiller:
     """The distiller ``algorithm.distill`` describes, after checking the shared tokenizer."""
     from agentr1.core import resolve_model
 
@@ -169,10 +169,10 @@ def build_distiller(cfg: JobConfig, student_path: Path, engine: LocalPolicyEngin
     assert spec is not None
     teacher_path = resolve_model(spec.teacher)
     check_same_tokenizer(student_path, teacher_path)
-    teacher: Any = (LocalTeacher(teacher_path, engine) if spec.backend == "local"
+    teacher: Any = (LocalTeacher(teacher_path, policy) if spec.backend == "local"
                     else SGLangTeacher(spec.url or ""))
     log.info("on-policy distillation from %s (%s), coef %.3g, %s", spec.teacher, spec.backend, spec.coef,
              "alone" if spec.alone else "added to task advantages")
     temperature = cfg.actor_rollout_ref.rollout.temperature
     return Distiller(teacher, coef=spec.coef, alone=spec.alone,
-                     student_logprobs=lambda rows: engine.compute_logprobs(rows, temperature=temperature))
+                     student_logprobs=lambda rows: policy.compute_logprobs(rows, temperature=temperature))

@@ -38,7 +38,7 @@ from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
 from agentr1.trainer.tasks import TaskSampler, load_tasks
 from agentr1.trainer.tracking import Tracker, tracking_options
 
-__all__ = ["StepData", "Trainer", "advantage_config", "engine_config"]
+__all__ = ["StepData", "Trainer", "advantage_config", "policy_config"]
 
 log = logging.getLogger("agentr1.trainer")
 
@@ -52,7 +52,7 @@ class Trainer:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from agentr1.trainer.engine.ray_engine import policy_engine_for  # torch and verl: loaded here
+        from agentr1.trainer.policy.ray_policy import policy_for  # torch and verl: loaded here
 
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -61,13 +61,13 @@ class Trainer:
         self.model_path = resolve_model(cfg.actor_rollout_ref.model)
         resume = latest_checkpoint(self.out_dir) if cfg.trainer.resume else None
         self.state = TrainerState.load(resume) if resume else TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
-        self.engine = policy_engine_for(self.model_path, engine_config(cfg), cfg.trainer)
+        self.policy = policy_for(self.model_path, policy_config(cfg), cfg.trainer)
         # rows of a vision-language model name their images by hash: read them where the sessions are stored
-        self.engine.image_store = (ImageStore.for_database(normalize_url(cfg.offline.db)) if cfg.offline is not None
+        self.policy.image_store = (ImageStore.for_database(normalize_url(cfg.offline.db)) if cfg.offline is not None
                                    else self.store.images)
         serve_from = self.model_path
         if resume is not None:
-            self.engine.load_checkpoint(resume / "engine")
+            self.policy.load_checkpoint(resume / "policy")
             serve_from = resume / "hf"
             log.info("resuming %s from %s (step %d)", self.state.run_id, resume, self.state.step)
             # rollouts the interruption cut short stay running: mark them (they are never trained on)
@@ -89,14 +89,14 @@ class Trainer:
             # the gateway in front of the embedded engine or SGLang / vLLM servers (rollout.name)
             self.serving = start_serving(cfg, self.store, self.model_path, serve_from, run_id=self.state.run_id,
                                          policy_version=self.state.policy_version, log_dir=self.out_dir / "servers")
-            self.state.policy_version = asyncio.run(self.serving.align(self.engine, self.state.policy_version))
+            self.state.policy_version = asyncio.run(self.serving.align(self.policy, self.state.policy_version))
             configure(self.serving.url)
         gateways = self.serving.rollout_urls if self.serving is not None else None
         self.runner = AgentRunner(cfg.agent, gateways=gateways) if cfg.agent is not None else None
         # failed members: incomplete groups dropped, or their missing samples run again by the runner
         self.groups = GroupCompleter(cfg, resample=None if self.runner is None else
                                      resampler(self.runner, self.scorer, run_id=self.state.run_id))
-        self.distiller = build_distiller(cfg, self.model_path, self.engine) if cfg.algorithm.distill else None
+        self.distiller = build_distiller(cfg, self.model_path, self.policy) if cfg.algorithm.distill else None
         self.sampler = TaskSampler(self.train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
                                    position=self.state.sampler_position)
         self.tracker = Tracker(self.out_dir, cfg.trainer.total_training_steps, start_step=self.state.step,
@@ -157,7 +157,7 @@ class Trainer:
             return metrics
         # 4. advantages (values from the critic when the estimator needs them; a teacher's when distilling)
         if get_adv_estimator(self.config.algorithm.adv_estimator).needs_values:
-            values = await asyncio.to_thread(self.engine.compute_values, batch.rows)
+            values = await asyncio.to_thread(self.policy.compute_values, batch.rows)
             for row, v in zip(batch.rows, values, strict=True):
                 row.values = v
         metrics.update(compute_advantages(batch.rows, advantage_config(self.config)))
@@ -172,14 +172,14 @@ class Trainer:
                 rows = rows_with_signal(rows)
                 metrics["actor/rows_skipped"] = float(len(batch.rows) - len(rows))
             if rows:
-                metrics.update(await asyncio.to_thread(self.engine.update, rows, temperature=temperature))
-        if self.engine.critic is not None:
-            metrics.update(await asyncio.to_thread(self.engine.update_critic, batch.rows))
+                metrics.update(await asyncio.to_thread(self.policy.update, rows, temperature=temperature))
+        if self.policy.critic is not None:
+            metrics.update(await asyncio.to_thread(self.policy.update_critic, batch.rows))
         if not rows:  # the policy did not change: the servers keep their weights, their prefixes, the version
             return metrics
         # 6. weights to the serving backend: later steps record the new policy version
         if self.serving is not None:
-            self.state.policy_version = await self.serving.sync(self.engine)
+            self.state.policy_version = await self.serving.sync(self.policy)
         else:
             self.state.policy_version += 1
         return metrics
@@ -199,7 +199,7 @@ class Trainer:
             self._engine_mark = (now, counters)  # the next step's window starts here
         self.tracker.log(step, metrics)
         if (cfg.save_freq and step % cfg.save_freq == 0) or step == cfg.total_training_steps:
-            save_checkpoint(self.out_dir, self.engine, self.state)
+            save_checkpoint(self.out_dir, self.policy, self.state)
 
     async def evaluate(self) -> dict[str, float]:
         """Held-out metrics of the current policy under the evaluation protocol (``rollout.val_kwargs``: a greedy
@@ -252,29 +252,29 @@ def rows_with_signal(rows: list[TrainRow]) -> list[TrainRow]:
     return [row for row in rows if any(a != 0.0 for a in row.advantages)]
 
 
-# the YAML actor section's own settings, read by the trainer (agentr1.trainer.batch, rows_with_signal), not the engine
+# the YAML actor section's own settings, read by the trainer (agentr1.trainer.batch, rows_with_signal), not the policy
 TRAINER_ACTOR_FIELDS = frozenset({"max_length", "skip_zero_advantage"})
-RENAMED_ACTOR_FIELDS = {"grad_clip": "clip_grad"}  # verl's actor.grad_clip is the engine's optimizer clip_grad
+RENAMED_ACTOR_FIELDS = {"grad_clip": "clip_grad"}  # verl's actor.grad_clip is the policy's optimizer clip_grad
 
 
-def engine_config(cfg: JobConfig) -> Any:
-    """The policy engine's settings: the actor section passed through under its (verl's) names, ``optim.*`` and
-    ``policy_loss.loss_mode`` flattened as the engine names them, 0 batch sizes meaning "not set"; then the
+def policy_config(cfg: JobConfig) -> Any:
+    """The policy's settings: the actor section passed through under its (verl's) names, ``optim.*`` and
+    ``policy_loss.loss_mode`` flattened as the policy names them, 0 batch sizes meaning "not set"; then the
     critic's, the device's and the rollout correction's settings from their own sections."""
-    from agentr1.trainer.engine import PolicyEngineConfig
+    from agentr1.trainer.policy import PolicyConfig
 
     actor = cfg.actor_rollout_ref.actor
     section = {**actor.model_dump(exclude={"optim", "policy_loss", *TRAINER_ACTOR_FIELDS}),
                **actor.optim.model_dump(), "loss_mode": actor.policy_loss.loss_mode}
     values = {RENAMED_ACTOR_FIELDS.get(name, name): value for name, value in section.items()}
-    known = {f.name for f in dataclasses.fields(PolicyEngineConfig)}
+    known = {f.name for f in dataclasses.fields(PolicyConfig)}
     unknown = sorted(set(values) - known)
-    if unknown:  # a new actor field must reach the engine, or be declared the trainer's own above
-        raise ValueError(f"actor_rollout_ref.actor fields {unknown} have no policy engine setting")
+    if unknown:  # a new actor field must reach the policy, or be declared the trainer's own above
+        raise ValueError(f"actor_rollout_ref.actor fields {unknown} have no policy setting")
     for name in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu"):
         values[name] = values[name] or None
     bypass = cfg.algorithm.rollout_correction.bypass_mode
-    return PolicyEngineConfig(
+    return PolicyConfig(
         **values, device=cfg.trainer.device,
         critic=get_adv_estimator(cfg.algorithm.adv_estimator).needs_values, seed=cfg.trainer.seed,
         critic_lr=cfg.critic.optim.lr, critic_warmup_steps=cfg.critic.optim.lr_warmup_steps,

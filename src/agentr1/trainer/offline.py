@@ -1,7 +1,7 @@
 """Training on sessions already in a store: collected earlier, by any gateway, rewarded later.
 
 The selection (run, statuses, policy versions, time window) is streamed in task groups; each
-training step takes the next `data.train_batch_size` groups. The engine corrects for the policy
+training step takes the next `data.train_batch_size` groups. The update corrects for the policy
 that sampled them with importance weights from the recorded logprobs (verl's rollout correction,
 `rollout_is="token"`). The cursor is part of the checkpoint, so a resumed run never trains twice
 on the same sessions.

@@ -11,7 +11,7 @@ settings as ``agentr1 gateway``'s flags, so the backend comes from the same fact
 - ``sglang`` / ``vllm``: the gateway's remote backend (health checks, retries, failover, sticky
   routing) over ``rollout.urls``, or over SGLang servers this job starts and supervises
   (``rollout.launch``: the gateway's ``launch``, as ``agentr1 gateway --launch``). Weights move as a
-  HF directory the servers load from disk (:meth:`~agentr1.trainer.engine.policy.LocalPolicyEngine.sync_to`).
+  HF directory the servers load from disk (:meth:`~agentr1.trainer.policy.local.LocalPolicy.sync_to`).
 
 Policy versions. The version recorded on every step is the one the backend reports for that
 answer (SGLang's ``weight_version``; vLLM reports none, so the backend's own counter), and the
@@ -45,7 +45,7 @@ log = logging.getLogger("agentr1.trainer.serving")
 
 class _OnGatewayLoop:
     """A remote backend's ``update_weights`` run on the gateway's event loop, awaitable from any other
-    loop. It has no ``update_weights_from_tensors``, so the engine syncs through a directory."""
+    loop. It has no ``update_weights_from_tensors``, so the policy syncs through a directory."""
 
     def __init__(self, gateway: EmbeddedGateway) -> None:
         self.gateway = gateway
@@ -102,23 +102,23 @@ class Serving:
         return {name: float(value) for name, value in asdict(stats).items()
                 if isinstance(value, int | float) and not isinstance(value, bool)}  # (not the graphs' shapes)
 
-    async def sync(self, engine: Any) -> int:
-        """The engine's current policy to the servers; returns the policy version they report now."""
+    async def sync(self, policy: Any) -> int:
+        """The current policy to the servers; returns the policy version they report now."""
         if self.launcher is not None and self.launcher.error is not None:
             raise RuntimeError(f"the SGLang servers this job launched are gone: {self.launcher.error}")
         if not self.remote:
-            return int(await engine.sync_to(self.backend))
-        return int(await engine.sync_to(_OnGatewayLoop(self.gateway)))
+            return int(await policy.sync_to(self.backend))
+        return int(await policy.sync_to(_OnGatewayLoop(self.gateway)))
 
-    async def align(self, engine: Any, policy_version: int) -> int:
+    async def align(self, policy: Any, policy_version: int) -> int:
         """At setup: if the servers report another version than the trainer's ``policy_version``, load
-        the engine's weights into them. Returns the version to record from now on."""
+        the policy's weights into them. Returns the version to record from now on."""
         if self.policy_version == policy_version:
             return policy_version
         log.warning("the %s servers report policy version %d, the trainer %d: loading the trainer's weights "
                     "into them; versions continue from what they report", self.backend.name, self.policy_version,
                     policy_version)
-        return await self.sync(engine)
+        return await self.sync(policy)
 
     def close(self) -> None:
         if self.shards is not None:

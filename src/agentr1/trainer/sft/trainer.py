@@ -1,9 +1,9 @@
 """The SFT job: setup -> train -> save/cleanup, the shape of the RL loop.
 
 setup: select demonstrations from the store, build exact-token rows (loss on actions only),
-start the same verl engine the RL trainer uses. train: ``total_epochs`` passes over the rows in
+start the same policy (verl's engine) the RL trainer uses. train: ``total_epochs`` passes over the rows in
 ``data.train_batch_size`` chunks, one optimizer step of verl's ``sft_loss`` per chunk. Checkpoints
-use the RL layout (``<dir>/checkpoints/step_<k>/hf`` is servable, ``engine/`` resumable), so
+use the RL layout (``<dir>/checkpoints/step_<k>/hf`` is servable, ``policy/`` resumable), so
 ``agentr1 train`` continues from ``actor_rollout_ref.model: <dir>/checkpoints/step_<k>/hf`` and
 ``agentr1 gateway --model`` serves it.
 """
@@ -25,7 +25,7 @@ from agentr1.trainer.sft.data import SFTRows, build_sft_rows
 from agentr1.trainer.sft.selection import select_demonstrations
 from agentr1.trainer.tracking import Tracker, tracking_options
 
-__all__ = ["SFTTrainer", "sft_engine_config"]
+__all__ = ["SFTTrainer", "sft_policy_config"]
 
 log = logging.getLogger("agentr1.trainer.sft")
 
@@ -41,7 +41,7 @@ class SFTTrainer:
 
     def setup(self) -> None:
         from agentr1.core import resolve_model
-        from agentr1.trainer.engine import LocalPolicyEngine
+        from agentr1.trainer.policy import LocalPolicy
 
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ class SFTTrainer:
         self.total_steps = steps_per_epoch * cfg.trainer.total_epochs
         if cfg.trainer.total_training_steps is not None:
             self.total_steps = min(self.total_steps, cfg.trainer.total_training_steps)
-        self.engine = LocalPolicyEngine(self.model_path, sft_engine_config(cfg, self.total_steps))
+        self.policy = LocalPolicy(self.model_path, sft_policy_config(cfg, self.total_steps))
         self.state = TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
         self.tracker = Tracker(self.out_dir, self.total_steps, quiet=self.quiet,
                                **tracking_options(cfg.trainer, cfg.run_name, cfg.model_dump(mode="json")))
@@ -90,13 +90,13 @@ class SFTTrainer:
                 self.tracker.status(f"epoch {epoch + 1}/{cfg.trainer.total_epochs}")
                 chunk = [rows[i] for i in order[start:start + cfg.data.train_batch_size]]
                 # one optimizer step of verl's sft_loss on the chunk's action tokens
-                metrics = {**self.engine.sft_update(chunk), "sft/epoch": epoch + start / len(order)}
+                metrics = {**self.policy.sft_update(chunk), "sft/epoch": epoch + start / len(order)}
                 if step == 1:
                     metrics.update(self.data_metrics)
                 self.state.step = self.state.policy_version = step
                 self.tracker.log(step, metrics)
                 if (cfg.trainer.save_freq and step % cfg.trainer.save_freq == 0) or step == self.total_steps:
-                    self.checkpoint = save_checkpoint(self.out_dir, self.engine, self.state)
+                    self.checkpoint = save_checkpoint(self.out_dir, self.policy, self.state)
                 last = metrics
         return last
 
@@ -107,11 +107,11 @@ class SFTTrainer:
         self.tracker.close()
 
 
-def sft_engine_config(cfg: SFTConfig, total_steps: int) -> Any:
-    from agentr1.trainer.engine import PolicyEngineConfig
+def sft_policy_config(cfg: SFTConfig, total_steps: int) -> Any:
+    from agentr1.trainer.policy import PolicyConfig
 
     optim = cfg.optim
-    return PolicyEngineConfig(
+    return PolicyConfig(
         lr=optim.lr, weight_decay=optim.weight_decay, clip_grad=optim.clip_grad,
         lr_warmup_steps=int(optim.lr_warmup_steps_ratio * total_steps), lr_scheduler_type=optim.lr_scheduler_type,
         total_training_steps=max(1, total_steps), min_lr_ratio=optim.min_lr_ratio,

@@ -1,20 +1,20 @@
-"""verl on Ray: the same policy updates as :class:`~.policy.LocalPolicyEngine`, trained by verl's
+"""verl on Ray: the same policy updates as :class:`~.local.LocalPolicy`, trained by verl's
 FSDP ``TrainingWorker`` s (actor; reference when ``use_kl_loss``; critic when the estimator needs
 values) running as Ray actors on ``nnodes`` x ``n_gpus_per_node`` devices.
 
-The driver (this process) keeps the PPO dataflow of the in-process engine unchanged (old
+The driver (this process) keeps the PPO dataflow of the in-process policy unchanged (old
 log-probs, rollout correction, reference log-probs, epochs x mini-batches, metrics): only the
 model calls go to a worker group. :class:`RayModel` has the calls of :class:`~.verl_model.VerlModel`
 (``infer``, ``train``, ``lr_step``, ``lr``, ``named_tensors``, checkpoints) and sends each through
 verl's single controller (``RayWorkerGroup`` over a ``RayResourcePool``), whose dispatch splits a
 batch over the data-parallel ranks. verl's configs are built by the same function as in-process
-(:func:`~.verl_model.engine_configs`), so both engines train with identical settings.
+(:func:`~.verl_model.verl_configs`), so both train with identical settings.
 
 With several data-parallel ranks a batch must split evenly: rows are padded to a multiple of the
 rank count with copies whose ``response_mask`` is all zero (they add nothing to a token-mean loss;
 ``global_batch_size`` stays the real row count).
 
-Weights to the serving side: the inherited :meth:`~.policy.LocalPolicyEngine.sync_to` (the
+Weights to the serving side: the inherited :meth:`~.local.LocalPolicy.sync_to` (the
 gathered state dict for an in-process ``LocalBackend``; for SGLang / vLLM servers a HF directory
 under ``sync_dir`` — a path the servers can read, a shared filesystem across nodes — loaded with
 ``update_weights(path)``).
@@ -33,15 +33,15 @@ import torch
 
 from ._platform import prepare_verl, resolve_device
 from .batch import PaddedBatch
-from .config import PolicyEngineConfig, verl_actor_config
-from .policy import LocalPolicyEngine, _critic_loss_config
-from .verl_model import Role, engine_configs, reduce_metrics
+from .config import PolicyConfig, verl_actor_config
+from .local import LocalPolicy, _critic_loss_config
+from .verl_model import Role, reduce_metrics, verl_configs
 
-__all__ = ["RayModel", "RayPolicyEngine", "policy_engine_for", "start_ray"]
+__all__ = ["RayModel", "RayPolicy", "policy_for", "start_ray"]
 
 log = logging.getLogger(__name__)
 
-PLATFORM_ENV = {"VERL_USE_EXTERNAL_MODULES": "agentr1.trainer.engine._platform", "VERL_PLATFORM": "cpu"}
+PLATFORM_ENV = {"VERL_USE_EXTERNAL_MODULES": "agentr1.trainer.policy._platform", "VERL_PLATFORM": "cpu"}
 QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VERL_USE_EXTERNAL_PLUGINS": "none"}
 
 
@@ -64,7 +64,7 @@ class RayModel:
     """One model (actor, ref or critic) trained by a verl ``RayWorkerGroup`` of
     :class:`~.ray_worker.PolicyTrainingWorker` s; the call surface of ``VerlModel``."""
 
-    def __init__(self, model_path: str | Path, *, role: Role, config: PolicyEngineConfig, device: str,
+    def __init__(self, model_path: str | Path, *, role: Role, config: PolicyConfig, device: str,
                  resource_pool: Any) -> None:
         import ray
         from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
@@ -74,7 +74,7 @@ class RayModel:
         from .ray_worker import PolicyTrainingWorker
 
         self.role = role
-        built = engine_configs(model_path, role=role, config=config, device=device)
+        built = verl_configs(model_path, role=role, config=config, device=device)
         self.engine_config = built.engine_config
         self.remove_padding = built.remove_padding
         worker_config = TrainingWorkerConfig(
@@ -144,7 +144,7 @@ class RayModel:
         metrics: dict[str, Any] = {}
         for key, value in tu.get(output, "metrics").items():
             if key.startswith("perf/") or key == "lr":
-                continue  # memory gauges and the lr: reported by the engine itself
+                continue  # memory gauges and the lr: reported by the policy itself
             if isinstance(value, list) and value and isinstance(value[0], Metric):
                 value = Metric.aggregate_dp(value)  # one Metric per rank: mean over ranks, as verl's trainer
             metrics[key] = value
@@ -170,20 +170,20 @@ class RayModel:
         self.group.load_checkpoint(str(path), del_local_after_load=False)
 
 
-class RayPolicyEngine(LocalPolicyEngine):
-    """:class:`LocalPolicyEngine` whose models train on verl's Ray workers (module docstring).
+class RayPolicy(LocalPolicy):
+    """:class:`LocalPolicy` whose models train on verl's Ray workers (module docstring).
 
     ``n_gpus_per_node`` x ``nnodes`` workers per model (verl's ``trainer.n_gpus_per_node`` /
     ``trainer.nnodes``; on CPU: processes). ``ray_address``: an existing cluster (None: a local
     one with ``ray_num_cpus`` logical CPUs). ``sync_dir``: where weights for remote servers go."""
 
-    def __init__(self, model_path: str | os.PathLike[str], config: PolicyEngineConfig | None = None, *,
+    def __init__(self, model_path: str | os.PathLike[str], config: PolicyConfig | None = None, *,
                  n_gpus_per_node: int = 1, nnodes: int = 1, ray_address: str | None = None,
                  ray_num_cpus: int | None = None, sync_dir: str | os.PathLike[str] | None = None,
                  **overrides: Any) -> None:
-        config = config or PolicyEngineConfig()
+        config = config or PolicyConfig()
         if overrides:
-            config = PolicyEngineConfig.from_dict({**config.__dict__, **overrides})
+            config = PolicyConfig.from_dict({**config.__dict__, **overrides})
         config.validate()
         if n_gpus_per_node < 1 or nnodes < 1:
             raise ValueError(f"n_gpus_per_node and nnodes must be >= 1, not {n_gpus_per_node} and {nnodes}")
@@ -194,7 +194,7 @@ class RayPolicyEngine(LocalPolicyEngine):
 
         self.config = config
         self.model_path = Path(model_path)
-        self.sync_dir = Path(sync_dir) if sync_dir else None  # as LocalPolicyEngine: None = a temp dir
+        self.sync_dir = Path(sync_dir) if sync_dir else None  # as LocalPolicy: None = a temp dir
         roles: list[Role] = ["actor"] + (["ref"] if config.use_kl_loss else []) + (["critic"] if config.critic else [])
         started = time.perf_counter()
         # one bundle per device; every role's worker shares it (verl's max_colocate_count)
@@ -212,17 +212,17 @@ class RayPolicyEngine(LocalPolicyEngine):
         self.critic_version = 0
         self._generator = torch.Generator().manual_seed(config.data_loader_seed)
         self._init_images()  # the rows' pixel inputs are built here and sent to the workers with the batch
-        log.info("Ray policy engine: %d x %d %s workers per model, ready in %.1f s", nnodes, n_gpus_per_node,
+        log.info("Ray policy: %d x %d %s workers per model, ready in %.1f s", nnodes, n_gpus_per_node,
                  self.device, time.perf_counter() - started)
 
 
-def policy_engine_for(model_path: str | os.PathLike[str], config: PolicyEngineConfig, trainer: Any) -> LocalPolicyEngine:
-    """The engine the job's ``trainer.engine`` selects: ``local`` (this process) or ``ray``
+def policy_for(model_path: str | os.PathLike[str], config: PolicyConfig, trainer: Any) -> LocalPolicy:
+    """The policy the job's ``trainer.policy`` selects: ``local`` (this process) or ``ray``
     (``trainer.n_gpus_per_node`` x ``trainer.nnodes`` workers, cluster ``trainer.ray_address``)."""
     sync_dir = Path(trainer.default_local_dir) / "weights-for-serving"  # read by SGLang / vLLM servers
-    if trainer.engine == "local":
-        return LocalPolicyEngine(model_path, config, sync_dir=sync_dir)
-    if trainer.engine == "ray":
-        return RayPolicyEngine(model_path, config, n_gpus_per_node=trainer.n_gpus_per_node, nnodes=trainer.nnodes,
+    if trainer.policy == "local":
+        return LocalPolicy(model_path, config, sync_dir=sync_dir)
+    if trainer.policy == "ray":
+        return RayPolicy(model_path, config, n_gpus_per_node=trainer.n_gpus_per_node, nnodes=trainer.nnodes,
                                ray_address=trainer.ray_address, sync_dir=sync_dir)
-    raise ValueError(f"unknown trainer.engine {trainer.engine!r}: local or ray")
+    raise ValueError(f"unknown trainer.policy {trainer.policy!r}: local or ray")

@@ -1,4 +1,4 @@
-"""verl's sft_loss through the policy engine: the NLL of action tokens only, and it goes down."""
+"""verl's sft_loss through the policy: the NLL of action tokens only, and it goes down."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 import torch
-from engine_fixtures import load_plain_model, make_row, plain_logprobs
+from policy_fixtures import load_plain_model, make_row, plain_logprobs
 
-from agentr1.trainer.engine import LocalPolicyEngine
+from agentr1.trainer.policy import LocalPolicy
 
 
 @pytest.mark.slow
@@ -28,13 +28,13 @@ def test_sft_update_is_the_action_token_nll_and_decreases(tiny_model_path):
     assert abs(action_nll - all_nll) > 1e-3  # the mask changes the value: the check below can fail
 
     # a token budget of one row per micro-batch: verl normalises by the whole batch's action tokens
-    engine = LocalPolicyEngine(tiny_model_path, device="cpu", lr=1e-3, ppo_max_token_len_per_gpu=10)
-    first = engine.sft_update(rows)
+    policy = LocalPolicy(tiny_model_path, device="cpu", lr=1e-3, ppo_max_token_len_per_gpu=10)
+    first = policy.sft_update(rows)
     assert first["sft/loss"] == pytest.approx(action_nll, rel=1e-4)
-    assert first["sft/action_tokens"] == 10 and first["sft/optimizer_steps"] == 1 and engine.version == 1
-    losses = [first["sft/loss"]] + [engine.sft_update(rows)["sft/loss"] for _ in range(4)]
+    assert first["sft/action_tokens"] == 10 and first["sft/optimizer_steps"] == 1 and policy.version == 1
+    losses = [first["sft/loss"]] + [policy.sft_update(rows)["sft/loss"] for _ in range(4)]
     assert all(b < a for a, b in itertools.pairwise(losses)), losses
     assert losses[-1] < 0.8 * losses[0]
 
     with pytest.raises(ValueError, match="no action tokens"):
-        engine.sft_update([make_row([1, 2], [3, 4], mask=[0, 0])])
+        policy.sft_update([make_row([1, 2], [3, 4], mask=[0, 0])])

@@ -1,11 +1,11 @@
-"""The glibc mmap threshold is pinned before a training engine starts (engine/memory.py)."""
+"""The glibc mmap threshold is pinned before a policy starts training (policy/memory.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-CHECK = ("import os; from agentr1.trainer.engine import memory; "
+CHECK = ("import os; from agentr1.trainer.policy import memory; "
          "print(memory.pin_mmap_threshold(), memory.pin_mmap_threshold())")
 
 

@@ -1,4 +1,4 @@
-"""Row builders and plain-PyTorch references for the policy-engine tests (imported by test_engine.py)."""
+"""Row builders and plain-PyTorch references for the policy tests (imported by test_policy.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The in-process policy-update engine: verl's FSDP engine and losses on one CPU or one GPU.
+"""The policy trained in this process: verl's FSDP engine and losses on one CPU or one GPU.
 
-:class:`LocalPolicyEngine` owns the policy (actor), optionally a frozen reference model (KL in
-the loss) and a critic (value model, for GAE-style estimators). One :meth:`~LocalPolicyEngine.update`
+:class:`LocalPolicy` owns the policy (actor), optionally a frozen reference model (KL in
+the loss) and a critic (value model, for GAE-style estimators). One :meth:`~LocalPolicy.update`
 is one PPO step in verl's dataflow:
 
 1. rows -> verl's padded layout (``rollout_log_probs`` = the serving engine's log-probs);
@@ -9,14 +9,14 @@ is one PPO step in verl's dataflow:
    ``bypass_mode``); verl's rollout correction turns the two into ``rollout_is_weights`` and
    rejects tokens (``algorithm.rollout_correction.rollout_is`` / ``rollout_rs``);
 3. ``ref_log_prob`` from the reference model when ``use_kl_loss``;
-4. ``ppo_epochs`` x mini-batches of ``engine.train_batch(td, partial(ppo_loss, actor_config))``;
+4. ``ppo_epochs`` x mini-batches of verl's ``engine.train_batch(td, partial(ppo_loss, actor_config))``;
    verl splits each mini-batch into micro-batches and takes one optimizer step per mini-batch.
 
-Weights reach the serving side through :meth:`~LocalPolicyEngine.sync_to`: without touching disk
+Weights reach the serving side through :meth:`~LocalPolicy.sync_to`: without touching disk
 for an in-process :class:`~agentr1.gateway.backends.local.LocalBackend`, or as a servable HF
 directory under ``sync_dir`` that SGLang / vLLM servers load (``backend.update_weights(path)``);
-:meth:`~LocalPolicyEngine.save` writes such a directory anywhere; :meth:`~LocalPolicyEngine.save_checkpoint` /
-:meth:`~LocalPolicyEngine.load_checkpoint` keep optimizer state through verl's checkpoint manager.
+:meth:`~LocalPolicy.save` writes such a directory anywhere; :meth:`~LocalPolicy.save_checkpoint` /
+:meth:`~LocalPolicy.load_checkpoint` keep optimizer state through verl's checkpoint manager.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch
 from ..rows import TrainRow
 from ._platform import prepare_verl
 from .batch import PaddedBatch, pad_rows, split_rows
-from .config import PolicyEngineConfig, verl_actor_config
+from .config import PolicyConfig, verl_actor_config
 from .export import save_hf_directory
 from .multimodal import RowImageInputs
 from .verl_model import VerlModel
@@ -47,12 +47,14 @@ from .verl_model import VerlModel
 if TYPE_CHECKING:
     from agentr1.gateway.backends import LocalBackend
 
-__all__ = ["LocalPolicyEngine"]
+__all__ = ["LocalPolicy"]
 
 log = logging.getLogger(__name__)
 
+STATE_FILE = "policy_state.json"  # in a checkpoint's policy/ folder: versions and settings
 
-def _critic_loss_config(config: PolicyEngineConfig) -> Any:
+
+def _critic_loss_config(config: PolicyConfig) -> Any:
     from verl.workers.config import FSDPCriticConfig
 
     return FSDPCriticConfig(
@@ -75,20 +77,20 @@ def _mean_metrics(steps: list[dict[str, float]], prefix: str) -> dict[str, float
     return out
 
 
-class LocalPolicyEngine:
+class LocalPolicy:
     """Policy updates through verl in this process (see the module docstring).
 
     ``model_path``: a HF model directory (config, tokenizer, safetensors). ``config`` and keyword
-    overrides: :class:`PolicyEngineConfig` fields, e.g. ``LocalPolicyEngine(path, lr=1e-5,
+    overrides: :class:`PolicyConfig` fields, e.g. ``LocalPolicy(path, lr=1e-5,
     loss_mode="gspo", use_kl_loss=True)``."""
 
     def __init__(
-        self, model_path: str | os.PathLike[str], config: PolicyEngineConfig | None = None, *,
+        self, model_path: str | os.PathLike[str], config: PolicyConfig | None = None, *,
         sync_dir: str | os.PathLike[str] | None = None, **overrides: Any
     ) -> None:
-        config = config or PolicyEngineConfig()
+        config = config or PolicyConfig()
         if overrides:
-            config = PolicyEngineConfig.from_dict({**config.__dict__, **overrides})
+            config = PolicyConfig.from_dict({**config.__dict__, **overrides})
         self.device = prepare_verl(config.device)
         config.validate()
         self.config = config
@@ -110,7 +112,7 @@ class LocalPolicyEngine:
         self._generator = torch.Generator().manual_seed(config.data_loader_seed)
         # a vision-language model: rows carry image hashes, read from the trace store's images
         self._init_images()
-        log.info("policy engine on %s ready in %.1f s", self.device, time.perf_counter() - started)
+        log.info("policy on %s ready in %.1f s", self.device, time.perf_counter() - started)
 
     @property
     def pad_token_id(self) -> int:
@@ -119,13 +121,13 @@ class LocalPolicyEngine:
     # -- log-probs, values ----------------------------------------------------------------
 
     def _init_images(self) -> None:
-        """Images of multimodal rows (None for a text-only model); shared with the Ray engine."""
+        """Images of multimodal rows (None for a text-only model); shared with the Ray policy."""
         self.image_store: Any = None  # the loop sets ``store.images``; anything with get(sha256) -> bytes
         self.image_inputs = RowImageInputs.for_model(self.model_path, self._read_image)
 
     def _read_image(self, sha256: str) -> bytes:
         if self.image_store is None:
-            raise KeyError("this policy engine has no image store (set engine.image_store = store.images)")
+            raise KeyError("this policy has no image store (set policy.image_store = store.images)")
         return bytes(self.image_store.get(sha256))
 
     def _pad(self, rows: Sequence[TrainRow], **need: bool) -> PaddedBatch:
@@ -334,7 +336,7 @@ class LocalPolicyEngine:
     @staticmethod
     def _require(model: VerlModel | None, flag: str) -> VerlModel:
         if model is None:
-            raise RuntimeError(f"this engine was built without {flag}=True")
+            raise RuntimeError(f"this policy was built without {flag}=True")
         return model
 
     # -- weights out ----------------------------------------------------------------------
@@ -374,12 +376,12 @@ class LocalPolicyEngine:
         if self.critic is not None:
             self.critic.save_checkpoint(root / "critic", self.critic_version)
         state = {"version": self.version, "critic_version": self.critic_version, "config": _jsonable(self.config)}
-        (root / "engine_state.json").write_text(json.dumps(state, indent=2))
+        (root / STATE_FILE).write_text(json.dumps(state, indent=2))
         return root
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         root = Path(path)
-        state = json.loads((root / "engine_state.json").read_text())
+        state = json.loads((root / STATE_FILE).read_text())
         self.actor.load_checkpoint(root / "actor")
         if self.critic is not None and (root / "critic").is_dir():
             self.critic.load_checkpoint(root / "critic")
@@ -387,5 +389,5 @@ class LocalPolicyEngine:
         self.critic_version = int(state.get("critic_version", 0))
 
 
-def _jsonable(config: PolicyEngineConfig) -> dict[str, Any]:
+def _jsonable(config: PolicyConfig) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()}

@@ -60,7 +60,7 @@ class RowImageInputs:
 
     def _read(self, sha256: str) -> bytes:
         if self.read_image is None:
-            raise KeyError("the policy engine has no image store (set engine.image_store = store.images)")
+            raise KeyError("the policy has no image store (set policy.image_store = store.images)")
         return self.read_image(sha256)
 
     def row_inputs(self, index: int, row: TrainRow) -> dict[str, Any] | None:

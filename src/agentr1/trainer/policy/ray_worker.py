@@ -1,5 +1,5 @@
-"""The Ray actor behind :class:`~agentr1.trainer.engine.ray_engine.RayPolicyEngine`: verl's own
-FSDP ``TrainingWorker`` (``verl.workers.engine_workers``), plus the few calls our engine needs
+"""The Ray actor behind :class:`~agentr1.trainer.policy.ray_policy.RayPolicy`: verl's own
+FSDP ``TrainingWorker`` (``verl.workers.engine_workers``), plus the few calls our policy needs
 that it lacks (a seeded initialisation, stepping the lr schedule on its own, reading the lr,
 gathering full weights).
 
@@ -10,10 +10,10 @@ the model and averages gradients across them. Data-carrying calls (``infer_batch
 every rank (``ONE_TO_ALL``) because gathering full weights is a collective.
 
 Process set-up happens before verl's ``__init__``: on CPU the "cpu" platform is registered when
-this module is imported, and ``VERL_PLATFORM=cpu`` (set in the actor's environment by the engine)
+this module is imported, and ``VERL_PLATFORM=cpu`` (set in the actor's environment by the Ray policy)
 selects it; the process group is gloo (verl's default,
 ``cpu:gloo,<device>:<backend>``, names the CPU twice there), and verl's FSDP engines are
-registered for the device with the same shims as the in-process engine.
+registered for the device with the same shims as the in-process policy.
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ class PolicyTrainingWorker(TrainingWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize_seeded(self, seed: int) -> None:
         """verl's ``reset`` (build the FSDP model and optimizer) with torch seeded first, as the
-        in-process engine does: a new head (the critic's value head) starts the same every time."""
+        in-process policy does: a new head (the critic's value head) starts the same every time."""
         torch.manual_seed(seed)
         self.engine.initialize()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def lr_scheduler_step(self) -> float:
-        """One step of the lr schedule (the in-process engine takes it once per ``update``)."""
+        """One step of the lr schedule (the in-process policy takes it once per ``update``)."""
         return float(self.engine.lr_scheduler_step())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -4,7 +4,7 @@ verl 0.9.1 resolves its accelerator platform once per process (``verl.plugin.pla
 none for CPU (it falls back to CUDA); some of its modules read the device name at import time
 (``verl.workers.engine.fsdp.transformer_impl``). So :func:`prepare_verl` must run before
 ``verl.workers`` is imported: it registers :class:`PlatformCPU` under the name ``"cpu"`` (the
-same class that ``VERL_USE_EXTERNAL_MODULES=agentr1.trainer.engine._platform VERL_PLATFORM=cpu``
+same class that ``VERL_USE_EXTERNAL_MODULES=agentr1.trainer.policy._platform VERL_PLATFORM=cpu``
 loads in a process started by verl), selects it when the device is the CPU, registers verl's FSDP
 engines for that device, and starts a world-size-1 process group (gloo on CPU, nccl on CUDA).
 
@@ -249,7 +249,7 @@ def _init_process_group(device: str) -> None:
         if dist.get_world_size() != 1:
             raise RuntimeError(
                 f"a process group of world size {dist.get_world_size()} is already initialised: the local "
-                "policy engine runs in one process (use verl's Ray trainer for several)"
+                "policy runs in one process (use verl's Ray trainer for several)"
             )
         return
     backend = "gloo" if device == "cpu" else "cpu:gloo,cuda:nccl"
@@ -284,7 +284,7 @@ def prepare_verl(device: str) -> str:
     elif current.device_name != want:
         raise RuntimeError(
             f"verl already resolved its platform to {current.device_name!r} in this process; set up the "
-            f"policy engine before anything imports verl.workers, or use device={current.device_name!r}"
+            f"policy before anything imports verl.workers, or use device={current.device_name!r}"
         )
     if device == "cpu" and "verl.workers.engine.fsdp.transformer_impl" in sys.modules:
         from verl.workers.engine.fsdp import transformer_impl
@@ -299,7 +299,7 @@ def prepare_verl(device: str) -> str:
     return device
 
 
-# Loaded by verl itself through VERL_USE_EXTERNAL_MODULES=agentr1.trainer.engine._platform: register
+# Loaded by verl itself through VERL_USE_EXTERNAL_MODULES=agentr1.trainer.policy._platform: register
 # the platform so that VERL_PLATFORM=cpu resolves.
 if "verl" in sys.modules and os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     _platform_class()

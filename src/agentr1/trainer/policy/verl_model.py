@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from .batch import PaddedBatch
-from .config import PolicyEngineConfig
+from .config import PolicyConfig
 
-__all__ = ["EngineConfigs", "Role", "VerlModel", "engine_configs", "reduce_metrics"]
+__all__ = ["Role", "VerlConfigs", "VerlModel", "reduce_metrics", "verl_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,9 @@ def _attach_tokenizer(model_config: Any) -> None:
 
 
 @dataclass
-class EngineConfigs:
+class VerlConfigs:
     """verl's configs of one model: what ``EngineRegistry.new`` (this process) and verl's
-    ``TrainingWorkerConfig`` (Ray workers, :mod:`.ray_engine`) are built from."""
+    ``TrainingWorkerConfig`` (Ray workers, :mod:`.ray_policy`) are built from."""
 
     model_type: str
     model_config: Any  # HFModelConfig, tokenizer attached
@@ -87,7 +87,7 @@ class EngineConfigs:
     remove_padding: bool
 
 
-def engine_configs(model_path: str | Path, *, role: Role, config: PolicyEngineConfig, device: str) -> EngineConfigs:
+def verl_configs(model_path: str | Path, *, role: Role, config: PolicyConfig, device: str) -> VerlConfigs:
     """The verl configs of the ``role`` model at ``model_path`` on ``device``."""
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
 
@@ -136,25 +136,25 @@ def engine_configs(model_path: str | Path, *, role: Role, config: PolicyEngineCo
         total_training_steps=config.total_training_steps,
         min_lr_ratio=config.min_lr_ratio,
     )
-    return EngineConfigs(model_type, model_config, engine_config, optimizer_config, remove_padding)
+    return VerlConfigs(model_type, model_config, engine_config, optimizer_config, remove_padding)
 
 
 class VerlModel:
     """A policy (``actor``), frozen reference (``ref``) or value model (``critic``) on one device."""
 
-    def __init__(self, model_path: str | Path, *, role: Role, config: PolicyEngineConfig, device: str) -> None:
+    def __init__(self, model_path: str | Path, *, role: Role, config: PolicyConfig, device: str) -> None:
         from verl.trainer.config import CheckpointConfig
         from verl.workers.engine import EngineRegistry
 
         self.role = role
         self.device = device
-        built = engine_configs(model_path, role=role, config=config, device=device)
+        built = verl_configs(model_path, role=role, config=config, device=device)
         self.model_type = built.model_type
         self.remove_padding = built.remove_padding
         self.model_config = built.model_config
         self.engine_config = built.engine_config
         self.optimizer_config = built.optimizer_config
-        self.engine = EngineRegistry.new(
+        self.verl_engine = EngineRegistry.new(
             model_type=self.model_type,
             backend="fsdp2",
             model_config=self.model_config,
@@ -165,7 +165,7 @@ class VerlModel:
         printed = io.StringIO()  # verl prints model sizes and memory use: keep them for the debug log
         with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(printed):
             torch.manual_seed(config.seed)  # new heads (the critic's) start the same every time
-            self.engine.initialize()
+            self.verl_engine.initialize()
         log.debug("verl %s engine: %s", role, printed.getvalue().strip())
         tokenizer = self.model_config.tokenizer
         pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
@@ -173,7 +173,7 @@ class VerlModel:
 
     # -- batch metadata -------------------------------------------------------------------
 
-    def _engine_keys(self) -> dict[str, Any]:
+    def _batch_keys(self) -> dict[str, Any]:
         """What verl's TrainingWorker injects into every batch."""
         return {
             "use_remove_padding": self.remove_padding,
@@ -201,10 +201,10 @@ class VerlModel:
 
         self.check_micro_batching(len(batch))
         td = batch.to_tensordict(
-            temperature=float(temperature), calculate_entropy=entropy, compute_loss=False, **self._engine_keys()
+            temperature=float(temperature), calculate_entropy=entropy, compute_loss=False, **self._batch_keys()
         )
-        with self.engine.eval_mode():
-            output = self.engine.infer_batch(td, loss_function=None)
+        with self.verl_engine.eval_mode():
+            output = self.verl_engine.infer_batch(td, loss_function=None)
         model_output = output["model_output"]
         names = ["values"] if self.role == "critic" else ["log_probs"] + (["entropy"] if entropy else [])
         return {name: no_padding_2_padding(model_output[name], td).float().cpu() for name in names}
@@ -216,30 +216,30 @@ class VerlModel:
     ) -> dict[str, float]:
         """One optimizer step on ``batch`` (one mini-batch, split into micro-batches by verl)."""
         self.check_micro_batching(len(batch))
-        td = batch.to_tensordict(keys=keys, global_batch_size=len(batch), **non_tensor, **self._engine_keys())
-        with self.engine.train_mode():
-            output = self.engine.train_batch(td, loss_function=loss_fn)
+        td = batch.to_tensordict(keys=keys, global_batch_size=len(batch), **non_tensor, **self._batch_keys())
+        with self.verl_engine.train_mode():
+            output = self.verl_engine.train_batch(td, loss_function=loss_fn)
         metrics = reduce_metrics(output["metrics"])
         metrics["loss"] = float(sum(output["loss"]))
         return metrics
 
     def lr_step(self) -> float:
-        return float(self.engine.lr_scheduler_step())
+        return float(self.verl_engine.lr_scheduler_step())
 
     @property
     def lr(self) -> float:
-        return float(self.engine.optimizer.param_groups[0]["lr"])
+        return float(self.verl_engine.optimizer.param_groups[0]["lr"])
 
     # -- weights --------------------------------------------------------------------------
 
     def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full (unsharded) tensors under the Hugging Face parameter names."""
-        params, _ = self.engine.get_per_tensor_param()
+        params, _ = self.verl_engine.get_per_tensor_param()
         for name, tensor in params:
             yield name, tensor.detach()
 
     def save_checkpoint(self, path: str | Path, step: int) -> None:
-        self.engine.save_checkpoint(str(path), global_step=step)
+        self.verl_engine.save_checkpoint(str(path), global_step=step)
 
     def load_checkpoint(self, path: str | Path) -> None:
-        self.engine.load_checkpoint(str(path), del_local_after_load=False)
+        self.verl_engine.load_checkpoint(str(path), del_local_after_load=False)

@@ -1,8 +1,8 @@
-"""Settings of the policy-update engine, named after verl's config fields.
+"""Settings of the policy being trained, named after verl's config fields.
 
 Each field keeps the leaf name of its verl counterpart (the verl path is in the comment), so a
 verl YAML section translates field by field. Loss names are not checked here against a list of
-our own: :meth:`PolicyEngineConfig.validate` asks verl's registries, so every policy loss verl
+our own: :meth:`PolicyConfig.validate` asks verl's registries, so every policy loss verl
 registers (``vanilla``, ``gspo``, ``cispo``, ``clip_cov``, ... and any registered later) passes.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from agentr1.trainer.config import OptimConfig
 
-__all__ = ["KL_LOSS_TYPES", "LOSS_AGG_MODES", "PolicyEngineConfig", "verl_actor_config"]
+__all__ = ["KL_LOSS_TYPES", "LOSS_AGG_MODES", "PolicyConfig", "verl_actor_config"]
 
 # verl.trainer.ppo.core_algos.kl_penalty_forward; a trailing "+" (e.g. "k3+") uses k2's gradient.
 KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -23,7 +23,7 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-tok
 
 
 @dataclass
-class PolicyEngineConfig:
+class PolicyConfig:
     # -- optimizer: actor_rollout_ref.actor.optim.* -------------------------------------------
     optimizer: str = "AdamW"  # a class in optimizer_impl
     optimizer_impl: str = "torch.optim"
@@ -63,7 +63,7 @@ class PolicyEngineConfig:
     data_loader_seed: int = 42
 
     # -- old log-probs and rollout correction: algorithm.rollout_correction.* -------------------
-    # bypass_mode: old_log_probs := the rollout engine's log-probs (no recomputation pass).
+    # bypass_mode: old_log_probs := the serving engine's log-probs (no recomputation pass).
     # Otherwise the actor recomputes old_log_probs before the update, and the rollout log-probs
     # feed verl's rollout correction: rollout_is ("token" | "sequence") -> rollout_is_weights,
     # rollout_rs (e.g. "token_k1") -> tokens rejected from response_mask.
@@ -92,18 +92,18 @@ class PolicyEngineConfig:
     seed: int = 42
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None = None, **overrides: Any) -> PolicyEngineConfig:
+    def from_dict(cls, data: dict[str, Any] | None = None, **overrides: Any) -> PolicyConfig:
         """Build from a (YAML) mapping; unknown keys fail listing the known ones."""
         values = {**(data or {}), **overrides}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown engine settings {unknown}; known: {sorted(known)}")
+            raise ValueError(f"unknown policy settings {unknown}; known: {sorted(known)}")
         if "betas" in values:
             values["betas"] = tuple(values["betas"])
         return cls(**values)
 
-    def replace(self, **changes: Any) -> PolicyEngineConfig:
+    def replace(self, **changes: Any) -> PolicyConfig:
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> None:
@@ -137,7 +137,7 @@ class PolicyEngineConfig:
             raise ValueError("clip_ratio_c must be > 1 (dual-clip PPO)")
 
 
-def verl_actor_config(config: PolicyEngineConfig) -> Any:
+def verl_actor_config(config: PolicyConfig) -> Any:
     """verl's ``FSDPActorConfig`` (what ``ppo_loss`` and the policy-loss functions read), built from ``config``: every
     field of ours that verl's actor config declares passes under its own name (None: verl's default), so a verl actor
     field added here reaches verl without another line. Set here: what verl spells otherwise (``policy_loss`` is its
@@ -155,6 +155,6 @@ def verl_actor_config(config: PolicyEngineConfig) -> Any:
         clip_ratio_high=config.clip_ratio if config.clip_ratio_high is None else config.clip_ratio_high,
         policy_loss=PolicyLossConfig(loss_mode=config.loss_mode, **config.policy_loss),
         grad_clip=config.clip_grad,
-        use_torch_compile=False,  # the loss runs uncompiled; the engine's own compilation is engine_configs'
+        use_torch_compile=False,  # the loss runs uncompiled; the model's own compilation is verl_configs'
     )
     return FSDPActorConfig(**values)
