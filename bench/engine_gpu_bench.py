@@ -1,5 +1,5 @@
 """GPU decode speed of the local engine against plain transformers ``generate``, all in one run,
-then the engine's exactness checks (tests/backends/test_engine_exactness.py, test_engine_overlap.py) on the
+then the engine's exactness checks (tests/engine/test_engine_exactness.py, test_engine_overlap.py) on the
 same GPU.
 
     python3 bench/engine_gpu_bench.py --tokenizer .benchtok --out $OUT/engine_gpu.jsonl
@@ -34,8 +34,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 def import_engine() -> Any:
-    """``LocalBackend``; where fastapi is missing, ``agentr1.gateway`` is entered without its app."""
-    for folder in ("src", "tests/backends"):
+    """``LocalBackend`` on a model directory and engine options (``EngineOptions``' fields); where fastapi is
+    missing, ``agentr1.gateway`` is entered without its app."""
+    for folder in ("src", "tests/engine"):
         sys.path.insert(0, str(ROOT / folder))
     try:
         import fastapi  # noqa: F401
@@ -43,9 +44,13 @@ def import_engine() -> Any:
         package = types.ModuleType("agentr1.gateway")
         package.__path__ = [str(ROOT / "src/agentr1/gateway")]
         sys.modules["agentr1.gateway"] = package
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.engine import EngineOptions
+    from agentr1.gateway.backends import LocalBackend
 
-    return LocalBackend
+    def local_backend(model_dir: Path, **options: Any) -> Any:
+        return LocalBackend(model_dir, EngineOptions(**options))
+
+    return local_backend
 
 
 def build_random_model(tokenizer_dir: Path, out: Path) -> Path:
@@ -112,11 +117,9 @@ def engine_rows(args: argparse.Namespace, local_backend: Any, model_dir: Path, o
     if prefill_budget is not None:
         name += f" (prefill budget {prefill_budget})"
     backend = local_backend(model_dir, device="cuda", dtype="bfloat16", max_batch_size=max(args.batches),
-                            compile=compile, overlap=overlap)
-    backend.start_sync()
-    if prefill_budget is not None:
-        backend._engine.prefill_budget = prefill_budget
-    phases = timed_phases(backend._engine)
+                            compile=compile, overlap=overlap, prefill_budget=prefill_budget)
+    backend.engine.start()
+    phases = timed_phases(backend.engine.batch)
     for batch in args.compile_batches if compile else args.batches:
         prompts = random_prompts(batch, args.prompt, args.vocab)
         started = time.perf_counter()

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from agentr1.core.models import resolve_model
-from agentr1.gateway.backends.local import LocalBackend
+from agentr1.gateway.backends import LocalBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_THREADS = torch.get_num_threads()  # torch's default, before anything changes it
@@ -68,21 +68,27 @@ QUESTIONS = [
 
 
 def engine_at(commit: str) -> Any:
-    """The ``local`` backend module of ``commit``, imported from git as a package of its own."""
+    """The ``local`` backend module of ``commit``, imported from git as a package of its own: the backends folder's
+    files, and since the engine became a part of its own (issue 38) the engine's package beside them."""
     sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout.strip()
     package = f"agentr1_engine_{sha}"
     folder = Path(tempfile.mkdtemp()) / package
     folder.mkdir()
     (folder / "__init__.py").write_text("")
-    backends = "src/agentr1/gateway/backends"
-    names = subprocess.run(["git", "ls-tree", "--name-only", f"{sha}:{backends}"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
-    for name in names:
-        if name.endswith(".py") and name != "__init__.py":  # the package's own __init__ imports every backend
-            source = subprocess.run(["git", "show", f"{sha}:{backends}/{name}"], cwd=ROOT, check=True,
+
+    def copy(tree: str, into: Path, keep: Any) -> None:
+        names = subprocess.run(["git", "ls-tree", "--name-only", f"{sha}:{tree}"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.split()
+        for name in filter(keep, names):
+            source = subprocess.run(["git", "show", f"{sha}:{tree}/{name}"], cwd=ROOT, check=True,
                                     capture_output=True, text=True).stdout
-            (folder / name).write_text(source)
+            (into / name).write_text(source.replace("from agentr1.engine import", "from .engine import"))
+
+    # the package's own __init__ imports every backend
+    copy("src/agentr1/gateway/backends", folder, lambda name: name.endswith(".py") and name != "__init__.py")
+    (folder / "engine").mkdir()
+    copy("src/agentr1/engine", folder / "engine", lambda name: name.endswith(".py"))
     sys.path.insert(0, str(folder.parent))
     return importlib.import_module(f"{package}.local")
 
@@ -119,7 +125,7 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
                        system_tokens: int = 0) -> dict[str, float]:
     """``sessions`` concurrent sessions of ``turns`` turns each on ``backend`` (whose own ``base``
     module ``module`` provides the request types)."""
-    tokenizer = backend.tokenizer
+    tokenizer = engine_of(backend).tokenizer
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     async def session(i: int, prompt: list[int]) -> int:
@@ -157,15 +163,16 @@ def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0
     """Plain ``model.generate`` on the first turn's prompts (one left-padded batch), on ``threads`` torch
     threads (0: torch's default, what a user of ``generate`` gets)."""
     torch.set_num_threads(threads or DEFAULT_THREADS)
-    batch = first_prompts(backend.tokenizer, sessions, system_tokens)
+    engine = engine_of(backend)
+    batch = first_prompts(engine.tokenizer, sessions, system_tokens)
     width = max(len(p) for p in batch)
-    pad = backend.tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=backend.device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=backend.device)
+    pad = engine.tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=engine.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=engine.device)
     load = os.getloadavg()[0]
     cpu, started = time.process_time(), time.perf_counter()
     with torch.inference_mode():
-        backend.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+        engine.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
                                do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     generated = sessions * tokens
@@ -198,10 +205,20 @@ def contention(processes: int) -> Iterator[None]:
 
 
 def start(module: Any, args: argparse.Namespace, **options: Any) -> Any:
-    backend = module.LocalBackend(resolve_model(args.model), device=args.device,
-                                  max_batch_size=max(args.concurrency), num_threads=args.threads or None, **options)
-    backend.start_sync()
+    options = dict(device=args.device, max_batch_size=max(args.concurrency), num_threads=args.threads or None,
+                   **options)
+    if hasattr(module, "EngineOptions"):  # one options object (issue 38)
+        backend = module.LocalBackend(resolve_model(args.model), module.EngineOptions(**options))
+        backend.engine.start()
+    else:
+        backend = module.LocalBackend(resolve_model(args.model), **options)
+        backend.start_sync()
     return backend
+
+
+def engine_of(backend: Any) -> Any:
+    """What holds the model, the tokenizer and the CPU threads: the engine (since issue 38), else the backend."""
+    return getattr(backend, "engine", backend)
 
 
 async def main() -> None:
@@ -254,7 +271,8 @@ async def main() -> None:
                     for concurrency in args.concurrency:
                         run = await sessions_run(backend, base[name], concurrency, args.turns, args.tokens,
                                                  args.system_tokens)
-                        run["threads"] = getattr(backend, "cpu_threads", None) or args.threads or "-"  # at the end
+                        # at the end
+                        run["threads"] = getattr(engine_of(backend), "cpu_threads", None) or args.threads or "-"
                         results.setdefault((busy, name, concurrency), []).append(run)
                         if args.baseline and name == "local (this tree)":
                             results.setdefault((busy, "hf generate", concurrency), []).append(

@@ -4,7 +4,7 @@
     .venv/bin/python bench/prefix_lookup_bench.py --prefixes 512 --lookups 256
 
 Every new row of an admission looks up the idle slot whose cached prefix its prompt continues
-(``agentr1.gateway.backends._prefix.PrefixIndex.longest``), on the engine's thread, between decode steps. In a
+(``agentr1.engine.prefix.PrefixIndex.longest``), on the engine's thread, between decode steps. In a
 rollout the prompts share their first ~150 ids (the system prompt) and differ after: the baseline, in the same run,
 is what the engine did before (until 2026-12-04): compare the prompt with every prefix that starts like it (binary
 search over slice equality), the most recently used winning ties. Prints milliseconds per admission of
@@ -20,7 +20,7 @@ import statistics
 import time
 from collections import OrderedDict
 
-from agentr1.gateway.backends._prefix import CHUNK, PrefixIndex, common_prefix
+from agentr1.engine.prefix import CHUNK, PrefixIndex, common_prefix
 
 
 def scan_longest(prefixes: OrderedDict[int, list[int]], prompt: list[int]) -> tuple[int | None, int]:

@@ -19,7 +19,7 @@ sampled-token rates is what the rollout path costs. The two alternate ``--repeat
 of ``--modes``: ``thread`` (the engine's worker thread in this process, sharing the GIL with the
 gateway and the agents), ``process`` (``LocalBackend(engine_process=True)``, what ``agentr1 train``
 uses on a GPU) and ``eager`` (a thread, every arrival admitted at once: the engine before the
-admission policy of ``LocalBackend._admit_now``).
+admission policy of ``Engine._admit_now``, agentr1/engine/engine.py).
 
 Breakdown: CPU seconds of each thread during the rollout (engine worker, gateway event loop, agents'
 event loop, thread pools), the engine's forward passes and prefills per call, the time calls spend in
@@ -380,7 +380,7 @@ async def one_mode(args: argparse.Namespace, cfg: JobConfig, store: TraceStore, 
                             engine_process=mode == "process")
     load_s = time.perf_counter() - started
     if mode == "eager":
-        serving.backend._admit_now = lambda engine: True
+        serving.backend.engine._admit_now = lambda batch: True
     try:
         configure(serving.url)
         recorder = Recorder(serving.backend)

@@ -1,6 +1,6 @@
 """The architecture, enforced: the layer contracts of pyproject.toml and the parts' public APIs.
 
-Layers (top to bottom): cli > viewer > trainer > gateway | envs | adapters > core > store | sdk.
+Layers (top to bottom): cli > viewer > trainer > gateway | envs | adapters > engine > core > store | sdk.
 A module imports only from its own part or from parts below it, and across parts only through the
 other part's public API: the part's package (``agentr1.gateway``) or one of its public subpackages,
 and only names that the target lists in ``__all__``. Both rules are shown to fail on a wrong import.
@@ -21,9 +21,10 @@ import pytest
 from importlinter.contracts.layers import LayersContract
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("sdk", "store", "core", "gateway", "viewer", "trainer", "envs", "adapters", "cli")
+PARTS = ("sdk", "store", "core", "engine", "gateway", "viewer", "trainer", "envs", "adapters", "cli")
 # subpackages that are a part's public API besides the part's own package
 PUBLIC_SUBPACKAGES = {
+    "agentr1.core.generation",
     "agentr1.core.rendering",
     "agentr1.gateway.backends",
     "agentr1.trainer.algorithms",

@@ -21,6 +21,7 @@ import time
 import jsonschema
 
 from agentr1.core.rendering import load_renderer
+from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
 from agentr1.gateway.backends.base import GrammarSpec
 
@@ -38,7 +39,7 @@ async def run_batch(backend, prompts, grammar_rows, spec):
     jobs = [asyncio.create_task(backend.generate(GenerateRequest(list(ids), params,
                                                                  grammar=spec if i in grammar_rows else None)))
             for i, ids in enumerate(prompts)]
-    while len(backend._queue) < len(prompts):
+    while backend.queue_depth < len(prompts):
         await asyncio.sleep(0.01)
     started = time.perf_counter()
     await backend.resume()
@@ -50,7 +51,8 @@ async def main(model: str, device: str, rows: int) -> None:
     renderer = load_renderer(model)
     prompts = [renderer.render([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], None,
                                add_generation_prompt=True) for i in range(rows)]
-    backend = LocalBackend(model, device=device, prefix_cache=False, num_threads=1 if device == "cpu" else None)
+    backend = LocalBackend(model, EngineOptions(device=device, prefix_cache=False,
+                                                num_threads=1 if device == "cpu" else None))
     await backend.start()
     spec = GrammarSpec("json_schema", json.dumps(CITY))
     constrained = set(range(0, rows, 2))

@@ -10,17 +10,18 @@ from backend_helpers import run
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
     """The real local engine on the tiny model, shared by the fake servers of a test module."""
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.engine import EngineOptions
+    from agentr1.gateway.backends import LocalBackend
 
-    backend = LocalBackend(tiny_model_path, device="cpu", max_batch_size=8, num_threads=1)
-    backend.start_sync()
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=8, num_threads=1))
+    backend.engine.start()
     yield backend
     run(backend.close())
 
 
 @pytest.fixture(scope="module")
 def prompts(engine) -> list[list[int]]:
-    tok = engine.tokenizer
+    tok = engine.engine.tokenizer
     texts = ["<|im_start|>user\nWhat is 12*7?<|im_end|>\n<|im_start|>assistant\n",
              "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n",
              "Once upon a time"]

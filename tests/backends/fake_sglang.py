@@ -419,7 +419,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.engine import EngineOptions
+    from agentr1.gateway.backends import LocalBackend
 
     parser = argparse.ArgumentParser(description="fake SGLang server (SGLang's HTTP protocol, local engine)")
     parser.add_argument("--model-path", "--model", required=True)
@@ -434,8 +435,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mem-fraction-static", type=float, default=None)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    engine = LocalBackend(args.model_path, device="cpu", max_batch_size=8, num_threads=1)
-    engine.start_sync()
+    engine = LocalBackend(args.model_path, EngineOptions(device="cpu", max_batch_size=8, num_threads=1))
+    engine.engine.start()
     app = create_app(engine, model_path=args.model_path, served_model_name=args.served_model_name,
                      context_len=args.context_length, stream_output=args.stream_output,
                      skip_tokenizer_init=args.skip_tokenizer_init)

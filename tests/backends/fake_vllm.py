@@ -398,7 +398,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         try:
             await state.engine.update_weights(path)
         except Exception:
-            served = state.engine.model.state_dict()
+            served = state.engine.engine.model.state_dict()
             await state.engine.update_weights_from_tensors(
                 {k: torch.zeros_like(v) if v.dim() == 2 else v.clone() for k, v in served.items()})
             raise

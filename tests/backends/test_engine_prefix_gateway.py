@@ -12,8 +12,9 @@ import httpx
 import openai
 import pytest
 
+from agentr1.engine import EngineOptions
 from agentr1.gateway.app import create_app
-from agentr1.gateway.backends.local import LocalBackend
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import TraceStore
@@ -23,7 +24,8 @@ TURNS = 8
 
 def agent_session(model: Path, db: Path, *, prefix_cache: bool, max_tokens: int, **sampling: Any) -> tuple[Any, Any]:
     """Run one 8-turn chat session through a gateway on the local engine; (trace, engine stats)."""
-    backend = LocalBackend(model, device="cpu", dtype="float32", num_threads=1, prefix_cache=prefix_cache)
+    backend = LocalBackend(model, EngineOptions(device="cpu", dtype="float32", num_threads=1,
+                                                prefix_cache=prefix_cache))
     store = TraceStore.open(str(db))
     app = create_app(GatewaySettings(db=str(db), accept_any_model=True), store=store, backend=backend)
     try:

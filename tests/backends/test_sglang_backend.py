@@ -11,8 +11,9 @@ import fake_sglang
 import pytest
 from backend_helpers import collect, request, run, served, using
 
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import BackendError, BackendUnavailable
-from agentr1.gateway.backends.local import LocalBackend
 from agentr1.gateway.backends.sglang import SGLangBackend
 from agentr1.gateway.server import BackgroundServer
 
@@ -214,10 +215,10 @@ def test_weight_sync_pauses_updates_and_continues_every_server(prompts, tiny_mod
     from agentr1.core.models import build_tiny_random_model
 
     new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
-    engines = [LocalBackend(tiny_model_path, device="cpu", num_threads=1) for _ in range(2)]
-    reference = LocalBackend(new_weights, device="cpu", num_threads=1)
+    engines = [LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1)) for _ in range(2)]
+    reference = LocalBackend(new_weights, EngineOptions(device="cpu", num_threads=1))
     for e in (*engines, reference):
-        e.start_sync()
+        e.engine.start()
     apps = [fake_sglang.create_app(e, model_path=tiny_model_path) for e in engines]
     try:
         with ExitStack() as stack:

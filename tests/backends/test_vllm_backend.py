@@ -10,8 +10,9 @@ import fake_vllm
 import pytest
 from backend_helpers import collect, request, run, served, using
 
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import BackendError
-from agentr1.gateway.backends.local import LocalBackend
 from agentr1.gateway.backends.vllm import VLLMBackend
 
 
@@ -96,8 +97,9 @@ def test_weight_reload_through_collective_rpc(prompts, tiny_model_path, tmp_path
     from agentr1.core.models import build_tiny_random_model
 
     new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
-    engine, reference = (LocalBackend(p, device="cpu", num_threads=1) for p in (tiny_model_path, new_weights))
-    engine.start_sync(), reference.start_sync()
+    engine, reference = (LocalBackend(p, EngineOptions(device="cpu", num_threads=1))
+                         for p in (tiny_model_path, new_weights))
+    engine.engine.start(), reference.engine.start()
     app = fake_vllm.create_app(engine, model_path=tiny_model_path)
     try:
         with served(app) as url:
@@ -143,8 +145,8 @@ def test_a_failed_reload_puts_the_weights_of_before_back_or_takes_the_server_out
     from agentr1.core.models import build_tiny_random_model
     from agentr1.gateway.backends.base import BackendUnavailable
 
-    engine = LocalBackend(tiny_model_path, device="cpu", num_threads=1)
-    engine.start_sync()
+    engine = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1))
+    engine.engine.start()
     checkpoint = build_tiny_random_model(tmp_path / "step-1", seed=1)
     app = fake_vllm.create_app(engine, model_path=tiny_model_path)
     try:

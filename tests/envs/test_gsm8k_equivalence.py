@@ -75,8 +75,9 @@ def test_tool_env_and_openai_agent_record_the_same_steps(gateway):
 @pytest.mark.slow
 def test_same_steps_with_a_real_model_sampling_greedily(tmp_path, tiny_model_path):
     """The real embedded engine at temperature 0 (a tiny random model: it answers in one step)."""
+    from agentr1.engine import EngineOptions
     from agentr1.gateway.app import create_app
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.gateway.backends import LocalBackend
     from agentr1.gateway.server import BackgroundServer
     from agentr1.gateway.settings import GatewaySettings
     from agentr1.sdk import configure
@@ -86,7 +87,7 @@ def test_same_steps_with_a_real_model_sampling_greedily(tmp_path, tiny_model_pat
                                                                                         "max_tokens": 24})
     db = tmp_path / "greedy.db"
     store = TraceStore.open(str(db))
-    backend = LocalBackend(tiny_model_path, device="cpu", model_name="policy")
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu"), model_name="policy")
     try:
         with BackgroundServer(create_app(GatewaySettings(db=str(db), accept_any_model=True), store=store,
                                          backend=backend)) as url:

@@ -100,7 +100,7 @@ def test_the_parallel_grammar_takes_a_second_call_only_when_asked(tiny_model_pat
     two = call + "\n<tool_call>\n" + call
 
     def accepts(parallel: bool, text: str) -> bool:
-        from agentr1.gateway.backends._grammar import build_grammar
+        from agentr1.engine import build_grammar
 
         spec = tool_call_grammar([TOOL], "required", "<tool_call>\n", parallel=parallel)
         matcher = xgr.GrammarMatcher(compiler.compile_grammar(build_grammar(spec)))

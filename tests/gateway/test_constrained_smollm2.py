@@ -16,6 +16,7 @@ import pytest
 from gateway_harness import serve
 
 from agentr1.core.rendering import load_renderer
+from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
 from agentr1.gateway.backends.base import GrammarSpec
 
@@ -172,13 +173,13 @@ def test_unconstrained_rows_batched_with_a_constrained_one_sample_the_same_bits(
         await backend.pause()
         jobs = [asyncio.create_task(backend.generate(GenerateRequest(list(ids), p, grammar=grammar if i == 2 else None)))
                 for i, (ids, p) in enumerate(zip(prompts, params, strict=True))]
-        while len(backend._queue) < 3:  # the grammar row queues after its (cached) compilation
+        while backend.queue_depth < 3:  # the grammar row queues after its (cached) compilation
             await asyncio.sleep(0.01)
         await backend.resume()
         return await asyncio.gather(*jobs)
 
     async def main():
-        backend = LocalBackend(smollm2_path, device="cpu", prefix_cache=False)
+        backend = LocalBackend(smollm2_path, EngineOptions(device="cpu", prefix_cache=False))
         await backend.start()
         try:
             grammar = GrammarSpec("json_schema", json.dumps(CITY))
@@ -186,7 +187,7 @@ def test_unconstrained_rows_batched_with_a_constrained_one_sample_the_same_bits(
             without = await batch(backend, None)
         finally:
             await backend.close()
-        assert json.loads(backend.tokenizer.decode(with_grammar[2].output_ids, skip_special_tokens=True))
+        assert json.loads(backend.engine.tokenizer.decode(with_grammar[2].output_ids, skip_special_tokens=True))
         assert with_grammar[2].output_ids != without[2].output_ids
         assert len(without[2].output_ids) > 8  # the third row outlives the others in both batches
         for a, b in zip(with_grammar[:2], without[:2], strict=True):

@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 
 from agentr1.core.rendering import VisionRenderer, load_vision_renderer
+from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
 
@@ -50,7 +51,7 @@ def greedy(model, ids: list[int], pixels: dict, n: int) -> tuple[list[int], list
 
 def test_generation_sees_the_pixels(tiny_vlm_path: Path, renderer: VisionRenderer, reference) -> None:
     async def main() -> None:
-        backend = LocalBackend(tiny_vlm_path, device="cpu", dtype="float32")
+        backend = LocalBackend(tiny_vlm_path, EngineOptions(device="cpu", dtype="float32"))
         assert backend.accepts_images
         await backend.start()
         try:
@@ -79,7 +80,7 @@ def test_generation_sees_the_pixels(tiny_vlm_path: Path, renderer: VisionRendere
 
 
 def test_a_text_model_refuses_images(tiny_model_path: Path, renderer: VisionRenderer) -> None:
-    backend = LocalBackend(tiny_model_path, device="cpu")
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu"))
     assert not backend.accepts_images
     messages = image_message((1, 2, 3), (8, 8))
     with pytest.raises(ValueError, match="takes no images"):

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from agentr1.core.models import build_tiny_random_model
+from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import (
     Backend,
     BackendError,
@@ -20,9 +21,9 @@ from agentr1.gateway.backends import (
     ContextLengthExceeded,
     GenerateRequest,
     GenerateResult,
+    LocalBackend,
     SamplingParams,
 )
-from agentr1.gateway.backends.local import LocalBackend
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -39,8 +40,8 @@ def gather(backend: LocalBackend, requests: list[GenerateRequest]) -> list[Gener
 DEVICE = os.environ.get("AGENTR1_TEST_DEVICE", "cpu")  # "cuda" runs the same suite on a GPU, in float32
 
 
-def started(path: Any, **kwargs: Any) -> LocalBackend:
-    backend = LocalBackend(path, device=DEVICE, dtype="float32", **kwargs)
+def started(path: Any, **options: Any) -> LocalBackend:
+    backend = LocalBackend(path, EngineOptions(device=DEVICE, dtype="float32", **options))
     run(backend.start())
     return backend
 
@@ -58,7 +59,7 @@ def backend(tiny_model_path, request):
 
 
 def prompt(backend: LocalBackend, text: str) -> list[int]:
-    return backend.tokenizer.apply_chat_template(
+    return backend.engine.tokenizer.apply_chat_template(
         [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
     )
 
@@ -105,7 +106,7 @@ def test_greedy_is_deterministic_and_logprobs_match_a_plain_forward(backend):
     assert first.output_ids == second.output_ids and first.logprobs == second.logprobs
     assert len(first.output_ids) == len(first.logprobs) == 16
     assert (first.finish_reason, first.matched_stop, first.prompt_tokens) == ("length", None, len(ids))
-    expected = recompute_logprobs(backend.model, ids, first, 0.0)
+    expected = recompute_logprobs(backend.engine.model, ids, first, 0.0)
     assert first.logprobs == pytest.approx(expected, abs=1e-4)
 
 
@@ -121,7 +122,8 @@ def test_seeded_sampling_is_reproducible_and_logprobs_are_untruncated(backend, s
     assert a.output_ids == b.output_ids and a.logprobs == b.logprobs
     assert a.output_ids != c.output_ids
     # log_softmax(logits / T) before top-k/top-p truncation, the quantity the trainer recomputes
-    assert a.logprobs == pytest.approx(recompute_logprobs(backend.model, ids, a, sampling["temperature"]), abs=1e-4)
+    expected = recompute_logprobs(backend.engine.model, ids, a, sampling["temperature"])
+    assert a.logprobs == pytest.approx(expected, abs=1e-4)
 
 
 def test_top_logprobs(backend):
@@ -143,7 +145,7 @@ def test_stop_token_ids_and_stop_strings(backend):
     assert (r.output_ids, r.finish_reason, r.matched_stop) == (full[: k + 1], "stop", full[k])
     assert len(r.logprobs) == k + 1
 
-    decode = backend.tokenizer.decode
+    decode = backend.engine.tokenizer.decode
     pieces = [decode([t]) for t in full]
     k = next(i for i in range(2, len(full)) if pieces[i].strip() and pieces[i] not in decode(full[:i]) + "\ufffd")
     stop = pieces[k]
@@ -306,7 +308,7 @@ def test_update_weights_bumps_the_version_and_changes_the_policy(tiny_model_path
         assert run(b.update_weights(str(tiny_model_path / "model.safetensors"))) == 2
         assert gen(b, ids).output_ids == before.output_ids
         # tensors without the tied output embedding
-        state = {k: v.clone() for k, v in b.model.state_dict().items() if k != "lm_head.weight"}
+        state = {k: v.clone() for k, v in b.engine.model.state_dict().items() if k != "lm_head.weight"}
         save_file(state, str(tmp_path / "w.safetensors"))
         assert run(b.update_weights(str(tmp_path / "w.safetensors"))) == 3
         with pytest.raises(FileNotFoundError):
@@ -315,7 +317,7 @@ def test_update_weights_bumps_the_version_and_changes_the_policy(tiny_model_path
         with pytest.raises(ValueError, match="do not match"):
             run(b.update_weights(str(tmp_path / "bad.safetensors")))
         assert b.policy_version == 3
-        assert run(b.update_weights_from_tensors(b.model.state_dict())) == 4
+        assert run(b.update_weights_from_tensors(b.engine.model.state_dict())) == 4
     finally:
         run(b.close())
 
@@ -331,7 +333,7 @@ def test_a_failing_forward_fails_only_its_batch(tiny_model_path, overlap):
             fail_on[kind] = False
             raise RuntimeError(f"injected {kind} failure")
 
-    b.model.register_forward_pre_hook(fault, with_kwargs=True)
+    b.engine.model.register_forward_pre_hook(fault, with_kwargs=True)
     try:
         ids = prompt(b, "fail")
         long_alone = gen(b, ids, max_new_tokens=40)
@@ -365,7 +367,7 @@ def test_a_failing_forward_fails_only_its_batch(tiny_model_path, overlap):
 
 
 def test_not_started_and_closed(tiny_model_path):
-    b = LocalBackend(tiny_model_path, device=DEVICE)
+    b = LocalBackend(tiny_model_path, EngineOptions(device=DEVICE))
     assert not run(b.ready())
     with pytest.raises(BackendUnavailable):  # not started
         gen(b, [1, 2, 3])
@@ -400,11 +402,11 @@ def test_smollm2_answers_and_stops_at_im_end(smollm2):
     ids = prompt(smollm2, "What is the capital of France? Answer in one word.")
     r = gen(smollm2, ids, max_new_tokens=48)
     assert r.finish_reason == "stop" and r.output_ids[-1] == 2 and r.matched_stop == 2
-    text = smollm2.tokenizer.decode(r.output_ids, skip_special_tokens=True)
+    text = smollm2.engine.tokenizer.decode(r.output_ids, skip_special_tokens=True)
     assert "Paris" in text
     # the sampled ids are what the fixed tokenizer produces for the text (no drift on re-encoding)
-    assert smollm2.tokenizer.encode(text, add_special_tokens=False) == r.output_ids[:-1]
-    assert r.logprobs == pytest.approx(recompute_logprobs(smollm2.model, ids, r, 0.0), abs=1e-4)
+    assert smollm2.engine.tokenizer.encode(text, add_special_tokens=False) == r.output_ids[:-1]
+    assert r.logprobs == pytest.approx(recompute_logprobs(smollm2.engine.model, ids, r, 0.0), abs=1e-4)
 
 
 @pytest.mark.slow
@@ -415,5 +417,5 @@ def test_smollm2_batched_sampling_matches_logprobs(smollm2):
     ]
 
     for r, result in zip(requests, gather(smollm2, requests), strict=True):
-        expected = recompute_logprobs(smollm2.model, r.prompt_ids, result, 0.8)
+        expected = recompute_logprobs(smollm2.engine.model, r.prompt_ids, result, 0.8)
         assert result.logprobs == pytest.approx(expected, abs=1e-4)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from agentr1.engine import EngineOptions
 from agentr1.gateway.app import create_app
-from agentr1.gateway.backends.local import LocalBackend
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import StepRecord, TraceStore
@@ -57,7 +58,7 @@ def judged_session(store: TraceStore, run_id: str, content: str, task_id: str = 
 @pytest.fixture
 def judge_gateway(tmp_path, tiny_model_path):
     """A second, real agentr1 gateway serving the tiny random model as ``judge``, with its own store."""
-    backend = LocalBackend(tiny_model_path, device="cpu", model_name="judge")
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu"), model_name="judge")
     store = TraceStore.open(str(tmp_path / "judge_gateway.db"))
     app = create_app(GatewaySettings(db=str(tmp_path / "judge_gateway.db"), accept_any_model=True), store=store,
                      backend=backend)
@@ -137,7 +138,7 @@ def test_a_real_judge_model_scores_sessions_and_steps(tmp_path, smollm2_path, mo
     """SmolLM2-135M behind a second gateway, shown three worked examples, writes a SCORE line that parses
     (with two it wrote 'SCORE: 10 if the', a judge failure);
     the score is stored as a judge reward on the session (or on each step, mode process)."""
-    backend = LocalBackend(smollm2_path, device="cpu", model_name="judge")
+    backend = LocalBackend(smollm2_path, EngineOptions(device="cpu"), model_name="judge")
     app = create_app(GatewaySettings(db=str(tmp_path / "judge_gateway.db"), accept_any_model=True), backend=backend)
     store = TraceStore.open(str(tmp_path / "traces.db"))
     sid = judged_session(store, "run", "The answer is 12.")

@@ -122,14 +122,15 @@ def test_kl_to_reference_is_zero_before_and_positive_after_an_update(tiny_model_
 
 
 def test_sync_to_backend_changes_greedy_output_and_saved_model_serves_the_same(tiny_model_path, tmp_path):
+    from agentr1.engine import EngineOptions
+    from agentr1.gateway.backends import LocalBackend
     from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
-    from agentr1.gateway.backends.local import LocalBackend
 
     greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
     prompt = [1, 30, 31, 32, 33]
 
     async def scenario() -> None:
-        live = LocalBackend(tiny_model_path, device="cpu")
+        live = LocalBackend(tiny_model_path, EngineOptions(device="cpu"))
         await live.start()
         try:
             before = await live.generate(GenerateRequest(prompt, greedy))
@@ -148,7 +149,7 @@ def test_sync_to_backend_changes_greedy_output_and_saved_model_serves_the_same(t
             # the saved directory serves the same policy: same ids, same log-probs
             saved = policy.save(tmp_path / "policy")
             assert (saved / "model.safetensors").is_file() and (saved / "tokenizer.json").is_file()
-            served = LocalBackend(saved, device="cpu")
+            served = LocalBackend(saved, EngineOptions(device="cpu"))
             await served.start()
             try:
                 again = await served.generate(GenerateRequest(prompt, greedy))

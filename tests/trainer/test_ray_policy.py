@@ -64,15 +64,16 @@ def test_one_update_through_ray_matches_the_local_policy(ray_policy, tiny_model_
         assert int(loose.sum()) <= max(1, tensor.numel() // 1000), (name, int(loose.sum()))
 
     # the updated policy reaches an in-process LocalBackend (weight sync by state dict)
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.engine import EngineOptions
+    from agentr1.gateway.backends import LocalBackend
 
-    backend = LocalBackend(tiny_model_path, device="cpu", max_batch_size=2, num_threads=1)
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=2, num_threads=1))
 
     async def sync() -> tuple[int, dict]:
         await backend.start()
         try:
             version = await ray_policy.sync_to(backend)
-            return version, {k: v.detach().clone() for k, v in backend.model.state_dict().items()}
+            return version, {k: v.detach().clone() for k, v in backend.engine.model.state_dict().items()}
         finally:
             await backend.close()
 
@@ -89,12 +90,13 @@ def test_weights_reach_sglang_servers_through_update_weights_from_disk(ray_polic
     sys.path.insert(0, str(Path(__file__).parents[1] / "backends"))
     import fake_sglang
 
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.engine import EngineOptions
+    from agentr1.gateway.backends import LocalBackend
     from agentr1.gateway.backends.sglang import SGLangBackend
     from agentr1.gateway.server import BackgroundServer
 
-    served_engine = LocalBackend(tiny_model_path, device="cpu", max_batch_size=2, num_threads=1)
-    served_engine.start_sync()
+    served_engine = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=2, num_threads=1))
+    served_engine.engine.start()
     ray_policy.sync_dir = tmp_path / "weights"
     try:
         app = fake_sglang.create_app(served_engine, model_path=tiny_model_path, served_model_name="policy")
@@ -112,7 +114,7 @@ def test_weights_reach_sglang_servers_through_update_weights_from_disk(ray_polic
         assert version == 1 and weight_version == "1"
         [(_, body)] = [c for c in app.state.fake.calls if c[0] == "update_weights_from_disk"]
         assert Path(body["model_path"]).parent == tmp_path / "weights"
-        served = served_engine.model.state_dict()
+        served = served_engine.engine.model.state_dict()
         for name, tensor in ray_policy.actor.named_tensors():
             torch.testing.assert_close(served[name], tensor)
     finally:

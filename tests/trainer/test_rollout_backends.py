@@ -33,9 +33,10 @@ FAKE_VLLM = """
 import sys
 sys.path.insert(0, {backends!r})
 import uvicorn, fake_vllm
-from agentr1.gateway.backends.local import LocalBackend
-engine = LocalBackend({model!r}, device="cpu", max_batch_size=8, num_threads=1)
-engine.start_sync()
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import LocalBackend
+engine = LocalBackend({model!r}, EngineOptions(device="cpu", max_batch_size=8, num_threads=1))
+engine.engine.start()
 uvicorn.run(fake_vllm.create_app(engine, model_path={model!r}), host="127.0.0.1", port={port}, log_level="warning")
 """
 
@@ -204,20 +205,21 @@ def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path
     assert (settings.engine_compile, settings.prefill_budget, settings.cache_gb) == (True, 64, 0.25)
     assert settings.engine_exact is False and settings.engine_dtype == "bfloat16"
     backend = local_backend(settings)
-    backend.start_sync()
+    backend.engine.start()
     try:
-        engine = backend._engine
+        engine = backend.engine.batch
         assert engine.prefill_budget == 64 and engine.cache_bytes == 2**28 and not engine.exact
         assert engine._decode_step is not engine._decode_forward  # the compiled step (compiled at its first call)
-        assert backend.model.dtype == torch.bfloat16 and engine.cache.dtype == torch.bfloat16
+        assert backend.engine.model.dtype == torch.bfloat16 and engine.cache.dtype == torch.bfloat16
     finally:
         asyncio.run(backend.close())
     plain = local_backend(gateway_settings(job(tmp_path, tiny_model_path, {}), model=tiny_model_path, run_id="r"))
-    plain.start_sync()
+    plain.engine.start()
     try:
-        assert plain._engine._decode_step == plain._engine._decode_forward and plain._engine.prefill_budget == 1024
-        assert plain._engine.cache_bytes == 2**30 and plain._engine.exact  # the CPU's defaults
-        assert plain.model.dtype == torch.float32
+        batch = plain.engine.batch
+        assert batch._decode_step == batch._decode_forward and batch.prefill_budget == 1024
+        assert batch.cache_bytes == 2**30 and batch.exact  # the CPU's defaults
+        assert plain.engine.model.dtype == torch.float32
     finally:
         asyncio.run(plain.close())
 

@@ -92,12 +92,13 @@ def test_demonstrations_to_sft_checkpoint_served_by_the_gateway(tmp_path, tiny_m
     # the checkpoint is what `agentr1 train` continues from and what the gateway serves
     job = JobConfig.model_validate({"agent": {"entrypoint": "x:y"}, "actor_rollout_ref": {"model": str(checkpoint / "hf")}})
     from agentr1.core.models import resolve_model
+    from agentr1.engine import EngineOptions
     from agentr1.gateway.app import create_app
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.gateway.backends import LocalBackend
     from agentr1.gateway.server import BackgroundServer
     from agentr1.gateway.settings import GatewaySettings
 
-    backend = LocalBackend(resolve_model(job.actor_rollout_ref.model), device="cpu", model_name="policy")
+    backend = LocalBackend(resolve_model(job.actor_rollout_ref.model), EngineOptions(device="cpu"), model_name="policy")
     served = tmp_path / "served.db"
     with BackgroundServer(create_app(GatewaySettings(db=str(served), accept_any_model=True), backend=backend)) as url:
         made = httpx.post(f"{url}/sessions", json={"task_id": "t"}).json()

@@ -10,9 +10,10 @@ import openai
 import pytest
 
 from agentr1.core.rendering import load_renderer
+from agentr1.engine import EngineOptions
 from agentr1.gateway.app import create_app
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.litellm_backend import LiteLLMBackend
-from agentr1.gateway.backends.local import LocalBackend
 from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import TraceStore
@@ -21,7 +22,7 @@ from agentr1.trainer.sft import SFTData, build_sft_rows, select_demonstrations
 
 @pytest.mark.slow
 def test_teacher_text_steps_are_rendered_for_the_policy_and_marked(tmp_path, smollm2_path, tiny_model_path):
-    teacher = LocalBackend(smollm2_path, device="cpu", model_name="teacher")
+    teacher = LocalBackend(smollm2_path, EngineOptions(device="cpu"), model_name="teacher")
     teacher_app = create_app(GatewaySettings(db=str(tmp_path / "teacher.db"), accept_any_model=True), backend=teacher)
     db = str(tmp_path / "traces.db")
     store = TraceStore.open(db)

@@ -20,13 +20,14 @@ def assert_exposition(text: str) -> None:
 
 
 def test_backend_gauges_of_the_local_backend(smollm2_path):
-    from agentr1.gateway.backends.local import LocalBackend
+    from agentr1.engine import EngineOptions
+    from agentr1.gateway.backends import LocalBackend
 
-    backend = LocalBackend(smollm2_path, device="cpu")  # not started: nothing is loaded, only read
+    backend = LocalBackend(smollm2_path, EngineOptions(device="cpu"))  # not started: nothing is loaded, only read
     gauges = backend_gauges(backend)
     assert gauges["queue_depth"] == 0.0
     assert {"tokens_generated", "forward_passes", "requests_finished"} <= set(gauges)
-    backend._queue.extend([object(), object()])  # what waiting requests look like to /metrics
+    backend.engine._queue.extend([object(), object()])  # what waiting requests look like to /metrics
     assert backend_gauges(backend)["queue_depth"] == 2.0
     text = Metrics().render(write_queue=0, steps_committed=0, steps_failed=0, write_lag_s=0.0, policy_version=0,
                             backend=backend_gauges(backend))

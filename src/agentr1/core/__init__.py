@@ -4,7 +4,9 @@ registry helper and callable loader (:class:`Registry`, :func:`load_callable`).
 ``agentr1.core`` knows nothing of HTTP, SQL or training. The gateway renders prompts and parses
 sampled ids with it; the trainer, the SFT code and the CLI resolve models and rebuild assistant
 turns with the same code, so both sides agree token for token. Rendering is the public
-subpackage :mod:`agentr1.core.rendering`. :func:`freeze_heap` / :func:`frozen_heap` keep Python's full garbage
+subpackage :mod:`agentr1.core.rendering`; the generation vocabulary that the embedded engine and the gateway's
+backends share (``GenerateRequest``, ``SamplingParams``, ``GenerateResult``, ...) is the public module
+:mod:`agentr1.core.generation`. :func:`freeze_heap` / :func:`frozen_heap` keep Python's full garbage
 collections off the serving path (the engine process, agent workers, a rollout); :func:`gil_switch_interval`
 shortens the GIL hand-offs for a stretch of serving (a rollout in the trainer's process); :func:`keep_freed_memory`
 keeps glibc from handing freed memory back to the kernel (the CLI applies it to every command).

@@ -58,13 +58,10 @@ class Metrics:
 
 def backend_gauges(backend: Any) -> dict[str, float]:
     """What the backend exposes about its load, read without locking or changing it: the depth of its
-    request queue (``queue_depth``, or the length of the local engine's queue) and its engine counters
-    (``stats``: forward passes, tokens generated, ...). Empty for backends that expose nothing."""
+    request queue (``queue_depth``) and its engine counters (``stats``: forward passes, tokens generated, ...).
+    Empty for backends that expose nothing."""
     out: dict[str, float] = {}
     depth = getattr(backend, "queue_depth", None)
-    if depth is None:
-        queue = getattr(backend, "_queue", None)  # LocalBackend: a deque of requests waiting for the batch
-        depth = len(queue) if queue is not None and hasattr(queue, "__len__") else None
     if isinstance(depth, int | float) and not isinstance(depth, bool):
         out["queue_depth"] = float(depth)
     stats = getattr(backend, "stats", None)

@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agentr1.engine import EngineOptions
+
 
 def _default_db() -> str:
     """The store's default (``agentr1.store.DEFAULT_DB``), looked up when settings are made, so that
@@ -124,6 +126,12 @@ class GatewaySettings(BaseSettings):
     launch_timeout_s: float = Field(900.0, gt=0, description="Seconds a launched server may take to be healthy.")
     launch_log_dir: str | None = Field(None, description="Folder of the launched servers' logs (default: a new "
                                        "temporary folder).")
+
+    def engine_options(self) -> EngineOptions:
+        """The embedded engine's options (the ``local`` backend): the device, batch size and engine flags above."""
+        return EngineOptions(device=self.device, dtype=self.engine_dtype, max_batch_size=self.max_batch_size,
+                             compile=self.engine_compile, prefill_budget=self.prefill_budget, exact=self.engine_exact,
+                             cache_bytes=None if self.cache_gb is None else int(self.cache_gb * 2**30))
 
     def base_url(self, request_base: str) -> str:
         """Where agents reach the gateway: ``public_url`` if set, else the address the request came to."""

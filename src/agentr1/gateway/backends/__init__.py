@@ -1,6 +1,6 @@
 """Backends behind the gateway: one interface (:class:`Backend`), token ids in and out.
 
-``LocalBackend`` (HF transformers in this process), ``SGLangBackend``, ``VLLMBackend`` and
+``LocalBackend`` (the embedded engine, :mod:`agentr1.engine`), ``SGLangBackend``, ``VLLMBackend`` and
 ``LiteLLMBackend`` (docs/backends.md) are imported lazily: importing this package does not import
 torch.
 """

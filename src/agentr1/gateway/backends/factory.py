@@ -53,15 +53,11 @@ def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Back
 def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_process: bool = False,
                   engine_address: Any = None) -> Any:
     """The embedded engine (:class:`~.local.LocalBackend`) on ``settings.model`` with the settings' engine
-    options, not started yet; ``engine_address``: sharing another backend's engine process (its
-    ``engine_address``) instead of loading the model."""
+    options (``settings.engine_options()``), not started yet; ``engine_address``: sharing another backend's engine
+    process (its ``engine_address``) instead of loading the model."""
     from agentr1.core import resolve_model
 
     from .local import LocalBackend
 
-    return LocalBackend(resolve_model(settings.model), device=settings.device, max_batch_size=settings.max_batch_size,
-                        model_name=settings.served_model_name, policy_version=policy_version,
-                        compile=settings.engine_compile, prefill_budget=settings.prefill_budget, exact=settings.engine_exact,
-                        cache_bytes=None if settings.cache_gb is None else int(settings.cache_gb * 2**30),
-                        dtype=settings.engine_dtype,
-                        engine_process=engine_process, engine_address=engine_address)
+    return LocalBackend(resolve_model(settings.model), settings.engine_options(), model_name=settings.served_model_name,
+                        policy_version=policy_version, engine_process=engine_process, engine_address=engine_address)

@@ -84,7 +84,7 @@ def sglang_constraint(spec: GrammarSpec) -> dict[str, Any]:
         return {"regex": spec.value}
     if spec.kind == "ebnf":
         return {"ebnf": spec.value}
-    from ._grammar import to_ebnf
+    from agentr1.engine import to_ebnf  # (the engine's grammar module loads torch: only when a grammar is sent)
 
     return {"ebnf": to_ebnf(spec)}
 

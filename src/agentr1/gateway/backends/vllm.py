@@ -79,7 +79,7 @@ def vllm_constraint(spec: GrammarSpec) -> dict[str, Any]:
         return {"regex": spec.value}
     if spec.kind == "ebnf":
         return {"grammar": spec.value}
-    from ._grammar import to_ebnf
+    from agentr1.engine import to_ebnf  # (the engine's grammar module loads torch: only when a grammar is sent)
 
     return {"grammar": to_ebnf(spec)}
 

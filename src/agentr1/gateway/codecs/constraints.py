@@ -43,7 +43,7 @@ def _canonical(schema: dict[str, Any]) -> str:
 @functools.lru_cache(maxsize=256)
 def _buildable(spec: GrammarSpec) -> str | None:
     """Why the grammar of ``spec`` cannot be built (None: it can); cached per spec."""
-    from agentr1.gateway.backends._grammar import build_grammar
+    from agentr1.engine import build_grammar  # (the engine's grammar module loads torch: only for a grammar)
 
     try:
         build_grammar(spec)

@@ -12,15 +12,16 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
-from agentr1.gateway.backends._grammar import (
+from agentr1.engine import EngineOptions
+from agentr1.engine.grammar import (
     GrammarCache,
     grammar_mask,
     to_ebnf,
     unpack_on_device,
     unpack_on_host,
 )
-from agentr1.gateway.backends._sampling import SamplingBatch, sample_batch, to_host
+from agentr1.engine.sampling import SamplingBatch, sample_batch, to_host
+from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
 from agentr1.gateway.backends.base import GrammarSpec
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "size": {"enum": ["S", "M", "L"]}},
@@ -76,10 +77,10 @@ def test_grammar_mask_follows_the_matcher(tiny_model_path):
 
 def test_the_tiny_model_writes_valid_output_under_each_grammar_kind(tiny_model_path):
     async def main():
-        backend = LocalBackend(tiny_model_path, device="cpu", num_threads=1)
+        backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1))
         await backend.start()
         try:
-            tok = backend.tokenizer
+            tok = backend.engine.tokenizer
             prompt = tok.encode("Answer:")
             specs = [GrammarSpec("json_schema", json.dumps(SCHEMA)), GrammarSpec("regex", "(red|green|blue)!"),
                      GrammarSpec("tagged_json", alternatives=(('{"name": "f", "arguments": ', json.dumps(SCHEMA),

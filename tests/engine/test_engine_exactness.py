@@ -14,17 +14,18 @@ import pytest
 import torch
 
 from agentr1.core.models import build_tiny_random_model
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
-from agentr1.gateway.backends.local import LocalBackend
 
 DEVICE = os.environ.get("AGENTR1_TEST_DEVICE", "cpu")
 TOLERANCE = {"cpu": 1e-4, "cuda": 2e-3}  # float32; cuda kernels sum in other orders
 
 
-def start(path: Any, device: str, **kwargs: Any) -> LocalBackend:
-    backend = LocalBackend(path, device=device, dtype="float32", num_threads=1 if device == "cpu" else None,
-                           **kwargs)
-    backend.start_sync()
+def start(path: Any, device: str, **options: Any) -> LocalBackend:
+    backend = LocalBackend(path, EngineOptions(device=device, dtype="float32",
+                                               num_threads=1 if device == "cpu" else None, **options))
+    backend.engine.start()
     return backend
 
 
@@ -47,7 +48,7 @@ def plain_logprobs(model: Any, prompt: list[int], result: GenerateResult, temper
 def check_logprobs_match_a_plain_forward(path: Any, device: str, **engine: Any) -> None:
     backend = start(path, device, max_batch_size=16, **engine)
     try:
-        tok = backend.tokenizer
+        tok = backend.engine.tokenizer
         settings = [dict(temperature=0.0), dict(temperature=1.0, seed=1), dict(temperature=0.7, top_p=0.9, seed=2),
                     dict(temperature=1.2, top_k=30, seed=3)]
         requests = []
@@ -56,7 +57,7 @@ def check_logprobs_match_a_plain_forward(path: Any, device: str, **engine: Any) 
             sampling = SamplingParams(max_new_tokens=10 + i, **settings[i % len(settings)])
             requests.append(GenerateRequest(prompt_ids=tok.encode(text, add_special_tokens=False), sampling=sampling))
         for request, result in zip(requests, generate_all(backend, requests), strict=True):
-            expected = plain_logprobs(backend.model, request.prompt_ids, result, request.sampling.temperature)
+            expected = plain_logprobs(backend.engine.model, request.prompt_ids, result, request.sampling.temperature)
             assert result.logprobs == pytest.approx(expected, abs=TOLERANCE[device])
     finally:
         asyncio.run(backend.close())
@@ -67,7 +68,7 @@ def check_a_smaller_batch_replays_a_wider_graph(path: Any, device: str) -> None:
     graph (its extra rows padding) instead of capturing its own; what it samples still matches a plain forward."""
     backend = start(path, device, max_batch_size=16)
     try:
-        tok = backend.tokenizer
+        tok = backend.engine.tokenizer
         prompts = [tok.encode(f"<|im_start|>user\nquestion {i}<|im_end|>\n<|im_start|>assistant\n",
                               add_special_tokens=False) for i in range(12)]
         generate_all(backend, [GenerateRequest(prompt_ids=p, sampling=SamplingParams(max_new_tokens=8, temperature=0.0))
@@ -79,7 +80,7 @@ def check_a_smaller_batch_replays_a_wider_graph(path: Any, device: str) -> None:
         (result,) = generate_all(backend, [alone])
         assert backend.stats.graph_captures == captured  # one row: the 16-row graph, no capture of its own
         assert not any(shape.startswith("1x") for shape in backend.stats.graph_shapes.split())
-        expected = plain_logprobs(backend.model, alone.prompt_ids, result, 1.0)
+        expected = plain_logprobs(backend.engine.model, alone.prompt_ids, result, 1.0)
         assert result.logprobs == pytest.approx(expected, abs=TOLERANCE[device])
     finally:
         asyncio.run(backend.close())
@@ -87,7 +88,7 @@ def check_a_smaller_batch_replays_a_wider_graph(path: Any, device: str) -> None:
 
 def session_turns(backend: LocalBackend, turns: int, **sampling: Any) -> tuple[list[GenerateResult], list[int]]:
     """An agent-like session at the token level: each prompt extends the previous prompt + output."""
-    tok = backend.tokenizer
+    tok = backend.engine.tokenizer
     prompt = tok.encode("<|im_start|>system\nYou are a careful assistant.<|im_end|>\n", add_special_tokens=False)
     results = []
     for turn in range(turns):
@@ -124,7 +125,7 @@ def check_prefix_reuse_is_exact(path: Any, device: str, *, bit_exact: bool, **en
 
 def sessions_together(backend: LocalBackend, sessions: int, turns: int, **sampling: Any) -> list[list[GenerateResult]]:
     """``sessions`` agent-like sessions at once, each ``turns`` calls that extend the previous prompt + output."""
-    tok = backend.tokenizer
+    tok = backend.engine.tokenizer
 
     async def one(k: int) -> list[GenerateResult]:
         prompt = tok.encode(f"<|im_start|>system\nYou are agent {k} of {sessions}.<|im_end|>\n", add_special_tokens=False)
@@ -153,7 +154,7 @@ def check_reuse_under_slot_pressure_is_exact(path: Any, device: str) -> None:
     steps: list[tuple[int, int]] = []  # (running rows, slots the step covers)
     reused_backend, plain_backend = start(path, device, max_batch_size=4), start(path, device, max_batch_size=4,
                                                                                   prefix_cache=False)
-    engine = reused_backend._engine
+    engine = reused_backend.engine.batch
     assert engine is not None
     decode = engine._decode
 
@@ -184,14 +185,14 @@ def check_reuse_under_slot_pressure_is_exact(path: Any, device: str) -> None:
 def check_weight_sync_reaches_cached_prefixes(path: Any, other: Any, device: str) -> None:
     backend, fresh = start(path, device), start(other, device)
     try:
-        tok = backend.tokenizer
+        tok = backend.engine.tokenizer
         prompt = tok.encode("<|im_start|>user\nSync the weights, then answer.<|im_end|>\n<|im_start|>assistant\n",
                             add_special_tokens=False)
         request = GenerateRequest(prompt_ids=prompt, sampling=SamplingParams(max_new_tokens=12, temperature=0.0))
         before = asyncio.run(backend.generate(request))
         again = asyncio.run(backend.generate(request))
         assert again.cached_tokens > 0 and again.output_ids == before.output_ids
-        state = {k: v.to(backend.device) for k, v in fresh.model.state_dict().items()}
+        state = {k: v.to(backend.engine.device) for k, v in fresh.engine.model.state_dict().items()}
         assert asyncio.run(backend.update_weights_from_tensors(state)) == 1
         after = asyncio.run(backend.generate(request))
         expected = asyncio.run(fresh.generate(request))
@@ -222,7 +223,7 @@ def check_compiled_decode_matches_eager(path: Any, device: str) -> None:
                 assert counters["stats"]["unique_graphs"] - graphs_before <= 2
                 for batch, answers in zip(requests, results[True], strict=True):
                     for request, result in zip(batch, answers, strict=True):
-                        expected = plain_logprobs(backend.model, request.prompt_ids, result, 1.0)
+                        expected = plain_logprobs(backend.engine.model, request.prompt_ids, result, 1.0)
                         assert result.logprobs == pytest.approx(expected, abs=TOLERANCE[device])
         finally:
             asyncio.run(backend.close())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ._rows import Row
+from .rows import Row
 
 __all__ = ["BURST_MAX_S", "BURST_QUIET_S", "MAX_WAIT_S", "AdmissionPolicy"]
 

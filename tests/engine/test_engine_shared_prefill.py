@@ -4,16 +4,15 @@ for bit what an engine without sharing (``prefix_cache=False``) samples, and the
 
 from __future__ import annotations
 
-import asyncio
+import threading
 from typing import Any
 
 import pytest
-from test_local_backend import DEVICE, run, started
+from test_engine_exactness import DEVICE
 
-from agentr1.gateway.backends._engine import CHUNK, Row
-from agentr1.gateway.backends._sink import Sink
-from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
-from agentr1.gateway.backends.local import LocalBackend
+from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.engine import Engine, EngineOptions, Row
+from agentr1.engine.prefix import CHUNK
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="bit identity holds in exact mode (the CPU)")
 
@@ -28,15 +27,32 @@ SYSTEM = ("<|im_start|>system\nYou are a careful agent. Call the tools below, on
           "result before you answer. Tools: add(a, b), mul(a, b), sub(a, b), div(a, b).<|im_end|>\n")
 
 
-def admit_together(backend: LocalBackend, requests: list[GenerateRequest]) -> list[GenerateResult]:
+class _Result:
+    """A row's sink that keeps its result (or error)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+
+    def delta(self, token_ids: list[int], logprobs: list[float], tops: Any = None) -> None:
+        pass
+
+    def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
+        self.value = result
+        self.done.set()
+
+    def error(self, exc: BaseException) -> None:
+        self.value = exc
+        self.done.set()
+
+
+def admit_together(engine: Engine, requests: list[GenerateRequest]) -> list[GenerateResult]:
     """Queue ``requests`` at once (so that one admission prefills them all) and wait for their results."""
-
-    async def together() -> list[GenerateResult]:
-        sinks = [Sink(asyncio.get_running_loop(), False) for _ in requests]
-        backend.enqueue(*(Row(list(r.prompt_ids), r.sampling, s) for r, s in zip(requests, sinks, strict=True)))
-        return list(await asyncio.gather(*(s.future for s in sinks)))  # type: ignore[misc]
-
-    return run(together())
+    sinks = [_Result() for _ in requests]
+    engine.enqueue(*(Row(list(r.prompt_ids), r.sampling, s) for r, s in zip(requests, sinks, strict=True)))
+    assert all(s.done.wait(120) for s in sinks)
+    assert not any(isinstance(s.value, BaseException) for s in sinks), [s.value for s in sinks]
+    return [s.value for s in sinks]
 
 
 def with_and_without_sharing(path: Any, requests: list[GenerateRequest]) -> tuple[list[GenerateResult], ...]:
@@ -44,13 +60,15 @@ def with_and_without_sharing(path: Any, requests: list[GenerateRequest]) -> tupl
     two engines' (prefill_tokens, cached_tokens, prefill_passes)."""
     outcome = []
     for prefix_cache in (True, False):
-        backend = started(path, max_batch_size=16, num_threads=1, prefix_cache=prefix_cache)
+        engine = Engine(path, EngineOptions(device=DEVICE, dtype="float32", max_batch_size=16, num_threads=1,
+                                            prefix_cache=prefix_cache))
+        engine.start()
         try:
-            results = admit_together(backend, requests)
-            stats = backend.stats
+            results = admit_together(engine, requests)
+            stats = engine.stats
             outcome.append((results, (stats.prefill_tokens, stats.cached_tokens, stats.prefill_passes)))
         finally:
-            run(backend.close())
+            engine.close()
     (shared, shared_stats), (plain, plain_stats) = outcome
     return shared, plain, shared_stats, plain_stats
 

@@ -4,7 +4,7 @@ Each row of a batch has its own temperature, top-p, top-k and random key, so a r
 same tokens whether it runs alone or batched with others (up to float noise in the logits). The
 reported log-probability is ``log_softmax(logits / temperature)[token]`` in float32, before
 top-k/top-p truncation (temperature 0 = greedy: the logits as they are) — the quantity a trainer
-recomputes. A row under a grammar (``allowed``, from :func:`._grammar.grammar_mask`) samples from its
+recomputes. A row under a grammar (``allowed``, from :func:`.grammar.grammar_mask`) samples from its
 scaled logits with the disallowed tokens set to ``-inf``: its log-probability and top alternatives are
 those of that masked, renormalised distribution (vLLM's ``processed_logprobs``), the one it was drawn
 from; the other rows are computed exactly as without it.
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .base import SamplingParams, TokenLogprob
+from agentr1.core.generation import SamplingParams, TokenLogprob
 
 __all__ = [
     "GREEDY_BELOW",

@@ -18,14 +18,14 @@ from test_engine_exactness import (
     start,
 )
 
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
-from agentr1.gateway.backends.local import LocalBackend
 
 
 def mixed_requests(backend: LocalBackend) -> list[GenerateRequest]:
     """Rows that end at different steps and for every reason: token limits, stop strings, stop ids, greedy and
     seeded sampling with top-p / top-k, top alternatives."""
-    tok = backend.tokenizer
+    tok = backend.engine.tokenizer
     settings: list[dict[str, Any]] = [
         dict(temperature=0.0), dict(temperature=1.0, seed=11, stop=["e"]), dict(temperature=0.8, top_p=0.9, seed=12),
         dict(temperature=1.0, top_k=20, seed=13, top_logprobs=2), dict(temperature=1.0, seed=14, stop=["a", "o"]),
@@ -45,7 +45,7 @@ def run_counted(path: Any, device: str, overlap: bool) -> tuple[list[GenerateRes
     """The mixed requests on one engine; counts of its decode steps launched with a step in flight and of the
     row-steps whose token was dropped (rows that finished while their next step was in flight)."""
     backend = start(path, device, max_batch_size=16, overlap=overlap)
-    engine = backend._engine
+    engine = backend.engine.batch
     assert engine is not None
     counts = {"launches": 0, "overlapped": 0, "dropped": 0}
     launch, read = engine._launch, engine._read
@@ -113,7 +113,8 @@ def test_rows_with_a_grammar_decode_beside_free_rows_under_overlap(tiny_model_pa
         backend = start(tiny_model_path, DEVICE, overlap=overlap)
         try:
             results[overlap] = generate_all(backend, requests())
-            texts = [backend.tokenizer.decode(r.output_ids, skip_special_tokens=True) for r in results[overlap][4:]]
+            decode = backend.engine.tokenizer.decode
+            texts = [decode(r.output_ids, skip_special_tokens=True) for r in results[overlap][4:]]
         finally:
             asyncio.run(backend.close())
         assert all(len(t) == 3 and t.isdigit() for t in texts), texts

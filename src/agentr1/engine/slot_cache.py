@@ -5,7 +5,7 @@ tensor of all layers each (so copying a prefix between slots is two copies, not 
 admission and a retirement each copy one per row). A sequence keeps
 its tokens at their own positions ``0..n-1`` of its slot (no left padding, no concatenation), so a
 decode step writes one column per row and a finished sequence can stay where it is as a reusable
-prefix (see :mod:`._prefix`). The last column of every slot is scratch: rows that only pad a batch
+prefix (see :mod:`.prefix`). The last column of every slot is scratch: rows that only pad a batch
 write there, and no mask ever lets a query read it.
 
 The cache plugs into a HF causal LM through ``past_key_values``: before each forward the engine

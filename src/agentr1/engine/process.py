@@ -1,4 +1,4 @@
-"""The local engine in a process of its own (``LocalBackend(engine_process=True)``).
+"""The engine in a process of its own (``Engine(process=True)``; the gateway's ``LocalBackend(engine_process=True)``).
 
 Why: the engine's worker thread releases the GIL around every torch op (a decode step is dozens of
 them, a prefill hundreds) and must take it back each time. In the process of a training job the
@@ -6,21 +6,21 @@ gateway's event loop and the agents' threads hold the GIL most of the time while
 and each take-back waits up to the interpreter's switch interval (5 ms): the engine then runs at a
 fraction of its own speed. In a child process the engine has a GIL of its own.
 
-The child runs an ordinary (threaded) :class:`~.local.LocalBackend` on the same arguments; its main
+The child builds an ordinary (threaded) :class:`~.engine.Engine` from the same options; its main
 thread reads requests from a pipe and queues them as rows whose sink sends the tokens back. The
 parent's :class:`EngineProcess` keeps the rows in flight and hands what comes back to their sinks
 from a reader thread. Weights go over the same pipe as tensors (CUDA tensors as IPC handles, CPU
 tensors through shared memory) and are copied in place by the child exactly as in a thread
-(:func:`~._weights.copy_into`); the parent keeps the policy version and tells the child, so every
+(:func:`~.weights.copy_into`); the parent keeps the policy version and tells the child, so every
 result carries the version that sampled it. The child's counters come back with every result.
 Spawned (not forked): a CUDA context cannot be forked.
 
-Other processes may share the engine (``LocalBackend(engine_address=...)``: the trainer's gateway processes,
+Other processes may share the engine (``Engine(address=...)``: the trainer's gateway processes,
 ``agentr1.gateway.GatewayShards``): the child listens on a Unix socket (:attr:`EngineProcess.address`, with a
 random key) and serves each connection as it serves the parent's pipe, rows and cancellations. Only the parent
 loads weights; the child then holds new rows back until the running ones (everyone's) have finished, loads, and
 tells every client the new policy version before it answers the parent, so a session a client opens after the
-parent's update returned records the new version. The child itself is in ``_engine_child.py``.
+parent's update returned records the new version. The child itself is in ``child.py``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client
 from typing import Any
 
-from ._rows import EngineStats, Row
-from .base import BackendError, BackendUnavailable, GenerateRequest
+from agentr1.core.generation import BackendError, BackendUnavailable, GenerateRequest
+
+from .options import EngineOptions
+from .rows import EngineStats, Row
 
 __all__ = ["EngineAddress", "EngineClient", "EngineProcess", "feed"]
 
@@ -162,17 +164,17 @@ class EngineLink:
 class EngineProcess(EngineLink):
     """The parent's side: start the child, send it rows and weights, deliver what it answers."""
 
-    def __init__(self, model_path: str, options: dict[str, Any], stats: EngineStats,
+    def __init__(self, model_path: str, options: EngineOptions, policy_version: int, stats: EngineStats,
                  on_finished: Callable[[], None]) -> None:
         context = multiprocessing.get_context("spawn")
         import torch.multiprocessing  # noqa: F401  (tensors pickle as shared memory / CUDA IPC handles)
 
-        from ._engine_child import serve
+        from .child import serve
 
         conn, child = context.Pipe(duplex=True)
         authkey = secrets.token_bytes(32)
-        self.process = context.Process(target=serve, args=(child, model_path, options, authkey), daemon=True,
-                                       name="agentr1-engine")
+        self.process = context.Process(target=serve, args=(child, model_path, options, policy_version, authkey),
+                                       daemon=True, name="agentr1-engine")
         self.process.start()
         child.close()
         super().__init__(conn, stats, on_finished)
@@ -183,7 +185,7 @@ class EngineProcess(EngineLink):
         if first[0] != "ready":
             self.process.join(timeout=10)
             raise BackendError(f"the engine process failed to start: {first[1]}")
-        self.address = EngineAddress(first[1], authkey)  # where other processes' backends connect
+        self.address = EngineAddress(first[1], authkey)  # where engines of other processes connect
         self._reader.start()
 
     def alive(self) -> bool:
@@ -304,27 +306,27 @@ def unpack(packed: tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ..
     return out
 
 
-def feed(backend: Any, remote: EngineLink) -> None:
+def feed(engine: Any, remote: EngineLink) -> None:
     """The parent's worker (instead of the engine loop): send queued rows to the child unless paused;
-    ``backend._idle`` is set while nothing is queued for sending or in flight in the child."""
-    cv = backend._cv
+    ``engine._idle`` is set while nothing is queued for sending or in flight in the child."""
+    cv = engine._cv
     while True:
         with cv:
-            while not backend._stopping and (backend._is_paused() or not backend._queue):
+            while not engine._stopping and (engine._is_paused() or not engine._queue):
                 if not remote.rows:
-                    backend._idle.set()
+                    engine._idle.set()
                 cv.wait()
-            if backend._stopping:
+            if engine._stopping:
                 break
-            rows = [row for row in backend._queue if not row.cancelled]
-            backend._queue.clear()
-            backend._idle.clear()
+            rows = [row for row in engine._queue if not row.cancelled]
+            engine._queue.clear()
+            engine._idle.clear()
         if rows:
             remote.submit(rows)
     remote.close()
     with cv:
-        queued = list(backend._queue)
-        backend._queue.clear()
-        backend._idle.set()
+        queued = list(engine._queue)
+        engine._queue.clear()
+        engine._idle.set()
     for row in queued:
         row.sink.error(BackendUnavailable("the local backend was closed", retry_after=5.0))

@@ -1,11 +1,11 @@
-"""The requests in flight in the local engine and the engine's counters (see :mod:`._engine`)."""
+"""The requests in flight in the local engine and the engine's counters (see :mod:`.batch`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .base import FinishReason, GenerateResult, SamplingParams, TokenLogprob
+from agentr1.core.generation import FinishReason, GenerateResult, SamplingParams, TokenLogprob
 
 __all__ = ["EngineStats", "Row", "Sink", "end_token_ids", "pad_token_id"]
 
@@ -40,9 +40,9 @@ class Row:
     cached: int = 0  # prompt tokens served from a reused prefix
     key: int = 0  # random key of its sampler
     multimodal: Any = None  # the prompt's images (GenerateRequest.multimodal), embedded at admission
-    embeds: Any = None  # while prefilling a prompt with images: its input embeddings (see _images.py)
-    grammar: Any = None  # constrained decoding: its _grammar.RowGrammar (GenerateRequest.grammar), else None
-    queued_at: float = 0.0  # time.perf_counter() when it was queued (the admission policy, local.py)
+    embeds: Any = None  # while prefilling a prompt with images: its input embeddings (see images.py)
+    grammar: Any = None  # constrained decoding: its grammar.RowGrammar (GenerateRequest.grammar), else None
+    queued_at: float = 0.0  # time.perf_counter() when it was queued (the admission policy, engine.py)
 
     def __post_init__(self) -> None:
         if self.sampling.top_logprobs > 0:

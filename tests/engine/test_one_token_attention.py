@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from agentr1.gateway.backends._slot_cache import one_token_attention
+from agentr1.engine.slot_cache import one_token_attention
 
 FLOAT32_TOLERANCE = 1e-5
 

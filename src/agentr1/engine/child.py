@@ -1,5 +1,5 @@
-"""The engine process itself (``_engine_process.py`` starts it): a threaded :class:`~.local.LocalBackend` fed
-by the parent's pipe and by the clients that connect to its socket.
+"""The engine process itself (``process.py`` starts it): a threaded :class:`~.engine.Engine`, built here from the
+parent's :class:`~.options.EngineOptions`, fed by the parent's pipe and by the clients that connect to its socket.
 
 Each connection is a :class:`_Peer`: the rows it sent (by the ids it gave them) and the lock its answers go out
 under. The parent's pipe is read on the main thread, which also loads weights and stops the process; each client
@@ -19,10 +19,12 @@ from multiprocessing.connection import Listener
 from typing import Any
 
 from agentr1.core import freeze_heap
+from agentr1.core.generation import GenerateRequest, GenerateResult
 
-from ._engine_process import _error_fields, unpack
-from ._rows import EngineStats, Row
-from .base import GenerateRequest, GenerateResult
+from .engine import Engine
+from .options import EngineOptions
+from .process import _error_fields, unpack
+from .rows import EngineStats, Row
 
 __all__ = ["serve"]
 
@@ -53,14 +55,14 @@ class _Sink:
 class _Peer:
     """One connection (the parent's pipe or a client's socket): its rows, and its answers sent one at a time."""
 
-    def __init__(self, conn: Any, backend: Any) -> None:
-        self.conn, self.backend = conn, backend
+    def __init__(self, conn: Any, engine: Engine) -> None:
+        self.conn, self.engine = conn, engine
         self.rows: dict[int, Row] = {}
         self._lock = threading.Lock()
         self.version_seen = threading.Event()
 
     def counters(self) -> dict[str, Any]:
-        stats: EngineStats = self.backend.stats
+        stats: EngineStats = self.engine.stats
         return dict(stats.__dict__)
 
     def send(self, message: tuple[Any, ...]) -> None:
@@ -75,7 +77,7 @@ class _Peer:
         for rid, request, streaming in batch:
             sink = _Sink(self, rid, streaming)
             try:
-                grammar = self.backend._row_grammar(request) if request.grammar is not None else None
+                grammar = self.engine.row_grammar(request) if request.grammar is not None else None
             except Exception as exc:
                 sink.error(exc)
                 continue
@@ -84,7 +86,7 @@ class _Peer:
             admitted.append(self.rows[rid])
         try:
             if admitted:
-                self.backend.enqueue(*admitted)
+                self.engine.enqueue(*admitted)
         except Exception as exc:
             for row in admitted:
                 row.sink.error(exc)
@@ -108,8 +110,8 @@ class _Peer:
 class _Clients:
     """The connections of other processes: accepted on a thread, each served on one of its own."""
 
-    def __init__(self, backend: Any, authkey: bytes) -> None:
-        self.backend = backend
+    def __init__(self, engine: Engine, authkey: bytes) -> None:
+        self.engine = engine
         self.folder = tempfile.mkdtemp(prefix="agentr1-engine-")
         self.listener = Listener(os.path.join(self.folder, "socket"), family="AF_UNIX", authkey=authkey)
         self.peers: list[_Peer] = []
@@ -129,10 +131,10 @@ class _Clients:
                 if self._closed:
                     return
                 continue
-            peer = _Peer(conn, self.backend)
+            peer = _Peer(conn, self.engine)
             with self._lock:
                 self.peers.append(peer)
-                peer.send(("version", self.backend.policy_version))  # (under the lock: before any newer one)
+                peer.send(("version", self.engine.policy_version))  # (under the lock: before any newer one)
             threading.Thread(target=self._serve, args=(peer,), name="agentr1-engine-client", daemon=True).start()
 
     def _serve(self, peer: _Peer) -> None:
@@ -176,20 +178,18 @@ class _Clients:
             peer.send(("closed",))
 
 
-def serve(conn: Any, model_path: str, options: dict[str, Any], authkey: bytes) -> None:
-    """The child's main: a threaded LocalBackend fed from ``conn`` and its clients until "stop" or the parent is
-    gone."""
-    from .local import LocalBackend
-
+def serve(conn: Any, model_path: str, options: EngineOptions, policy_version: int, authkey: bytes) -> None:
+    """The child's main: a threaded Engine on ``options`` fed from ``conn`` and its clients until "stop" or the parent
+    is gone."""
     try:
-        backend = LocalBackend(model_path, **options)
-        backend.start_sync()
-        clients = _Clients(backend, authkey)
+        engine = Engine(model_path, options, policy_version=policy_version)
+        engine.start()
+        clients = _Clients(engine, authkey)
     except Exception:
         conn.send(("failed", traceback.format_exc(limit=5)))
         return
     freeze_heap()  # the model and the imports: no full collection walks them between decode steps
-    parent = _Peer(conn, backend)
+    parent = _Peer(conn, engine)
     parent.send(("ready", clients.address))
     while True:
         try:
@@ -202,7 +202,7 @@ def serve(conn: Any, model_path: str, options: dict[str, Any], authkey: bytes) -
         if kind == "weights":
             _, packed, version = message
             try:
-                backend.load_weights_when_idle(unpack(packed), version)
+                engine.load_weights_when_idle(unpack(packed), version)
             except ValueError as exc:
                 parent.send(("weights", "invalid", str(exc)))
             except Exception as exc:
@@ -216,6 +216,6 @@ def serve(conn: Any, model_path: str, options: dict[str, Any], authkey: bytes) -
         elif kind == "stop":
             break
     clients.close()
-    backend.close_sync()
+    engine.close()
     parent.send(("closed",))
     conn.close()

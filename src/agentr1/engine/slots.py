@@ -1,22 +1,22 @@
 """Which slot of the local engine's KV cache each running row and each cached prefix holds.
 
-Runs on the engine's worker thread only (see :mod:`._engine`). Running rows stay packed at the bottom of the
-cache (slots ``0..top``: a decode step covers them all), idle prefixes (:class:`~._prefix.PrefixIndex`) live in
-the slots above them, and the cache (:class:`~._slot_cache.SlotCache`) grows, re-packing rows and the newest
+Runs on the engine's worker thread only (see :mod:`.batch`). Running rows stay packed at the bottom of the
+cache (slots ``0..top``: a decode step covers them all), idle prefixes (:class:`~.prefix.PrefixIndex`) live in
+the slots above them, and the cache (:class:`~.slot_cache.SlotCache`) grows, re-packing rows and the newest
 prefixes, when newcomers need more slots or positions. A row that starts with a cached prefix gets its keys and
 values copied in (or continues them in place) and prefills only the rest; a finished row's prompt becomes a
-prefix of its own, aligned to the prefill chunk grid (:data:`~._prefix.CHUNK`).
+prefix of its own, aligned to the prefill chunk grid (:data:`~.prefix.CHUNK`).
 """
 
 from __future__ import annotations
 
 import logging
 
-from ._graphs import LENGTH_STEP
-from ._images import reusable_length
-from ._prefix import CHUNK, MIN_REUSE, PrefixIndex
-from ._rows import Row
-from ._slot_cache import SlotCache
+from .graphs import LENGTH_STEP
+from .images import reusable_length
+from .prefix import CHUNK, MIN_REUSE, PrefixIndex
+from .rows import Row
+from .slot_cache import SlotCache
 
 __all__ = ["SlotTable", "round_up"]
 

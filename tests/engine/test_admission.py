@@ -1,4 +1,4 @@
-"""The local engine's admission policy (``_admission.py``): when queued requests are prefilled
+"""The engine's admission policy (``agentr1/engine/admission.py``): when queued requests are prefilled
 before the next decode step."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ import threading
 import time
 from typing import Any
 
-from agentr1.gateway.backends._admission import MAX_WAIT_S, AdmissionPolicy
-from agentr1.gateway.backends._rows import Row
-from agentr1.gateway.backends.base import SamplingParams
-from agentr1.gateway.backends.local import LocalBackend
+from agentr1.core.generation import SamplingParams
+from agentr1.engine import Engine, EngineOptions, Row
+from agentr1.engine.admission import MAX_WAIT_S, AdmissionPolicy
 
 
 def queued(n: int, age_s: float = 0.0) -> list[Row]:
@@ -47,12 +46,12 @@ def test_an_outlier_admission_holds_nobody_back_long():
     assert abs(policy.admission_s - 0.05) < 0.01
 
 
-def send_burst(backend: Any, prompt: list[int], rows: int, gap_s: float) -> list[Any]:
+def send_burst(engine: Engine, prompt: list[int], rows: int, gap_s: float) -> list[Any]:
     """``rows`` requests queued from this thread ``gap_s`` apart (an idle worker wakes at the first); their sinks."""
     sinks = []
     for i in range(rows):
         sink = _Collect()
-        backend.enqueue(Row(list(prompt), SamplingParams(max_new_tokens=2, temperature=0.0), sink, request_id=str(i)))
+        engine.enqueue(Row(list(prompt), SamplingParams(max_new_tokens=2, temperature=0.0), sink, request_id=str(i)))
         sinks.append(sink)
         deadline = time.perf_counter() + gap_s
         while time.perf_counter() < deadline:  # a sleep this short overshoots
@@ -77,16 +76,16 @@ class _Collect:
 def test_an_idle_engine_admits_a_burst_in_one_prefill(tiny_model_path):
     """24 requests 0.2 ms apart: the worker, woken by the first, waits for the others (BURST_QUIET_S) and prefills
     them together; without the wait it prefills the first alone and the rest one step later (2+ admissions)."""
-    backend = LocalBackend(tiny_model_path, device="cpu", dtype="float32", num_threads=1, max_batch_size=32)
-    backend.start_sync()
+    engine = Engine(tiny_model_path, EngineOptions(device="cpu", dtype="float32", num_threads=1, max_batch_size=32))
+    engine.start()
     try:
-        prompt = backend.tokenizer.encode("a burst of requests", add_special_tokens=False)
+        prompt = engine.tokenizer.encode("a burst of requests", add_special_tokens=False)
         admissions = []
         for _ in range(3):  # the first burst also starts the engine's thread pools; a loaded machine may add a gap
-            before = backend.stats.prefill_passes
-            sinks = send_burst(backend, prompt, 24, 0.0002)
+            before = engine.stats.prefill_passes
+            sinks = send_burst(engine, prompt, 24, 0.0002)
             assert all(s.done.wait(30) for s in sinks)
-            admissions.append(backend.stats.prefill_passes - before)
+            admissions.append(engine.stats.prefill_passes - before)
         assert admissions.count(1) >= 2, admissions
     finally:
-        backend.close_sync()
+        engine.close()

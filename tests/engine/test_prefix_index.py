@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from agentr1.gateway.backends._prefix import CHUNK, PrefixIndex, common_prefix
+from agentr1.engine.prefix import CHUNK, PrefixIndex, common_prefix
 
 
 def ids(*chunks: int, tail: int = 0) -> list[int]:

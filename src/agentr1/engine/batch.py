@@ -1,9 +1,9 @@
 """The batch the local engine decodes: continuous batching over a HF causal LM with a slot KV cache.
 
-Runs on the engine's worker thread only. Every request owns one slot of a :class:`~._slot_cache.
+Runs on the engine's worker thread only. Every request owns one slot of a :class:`~.slot_cache.
 SlotCache` for its whole life and keeps its tokens at their own positions there, so a decode step
 is one forward of one token per slot (slots ``0..B-1``; on a GPU replayed from a CUDA graph, see
-:mod:`._graphs`), sampled for all rows at once on the device (:mod:`._sampling`) with one transfer
+:mod:`.graphs`), sampled for all rows at once on the device (:mod:`.sampling`) with one transfer
 to the host per step. New requests are prefilled between decode steps and join the running batch;
 finished ones leave it at once and their results are delivered right away.
 
@@ -16,10 +16,10 @@ token is dropped; a row that step k brings to its token limit is left out of ste
 read the step in flight first (:meth:`BatchEngine.drain`). What each row samples is unchanged: its draws
 depend on its key and output position only.
 
-Slots (:class:`~._slots.SlotTable`): which slot each running row and each cached prefix holds. Prefix reuse:
+Slots (:class:`~.slots.SlotTable`): which slot each running row and each cached prefix holds. Prefix reuse:
 prompts are prefilled in chunks aligned to multiples of :data:`CHUNK` positions, and
 the full chunks of a finished request's prompt are copied to an idle slot at the top of the cache,
-an entry of a :class:`~._prefix.PrefixIndex` (least recently used entries are evicted). A later
+an entry of a :class:`~.prefix.PrefixIndex` (least recently used entries are evicted). A later
 prompt that starts with those ids (the next turn of an agent session, a resample, the other
 members of a group) copies them into its own slot and prefills from the first chunk it does not
 share; ``GenerateResult.cached_tokens`` says how many prompt tokens came from the cache. Rows admitted
@@ -44,17 +44,19 @@ from typing import Any
 
 import torch
 
-from ._grammar import grammar_mask
-from ._graphs import LENGTH_STEP, DecodeGraphs, row_bucket
-from ._images import image_token_id, prompt_embeds, segment_inputs
-from ._prefix import CHUNK, Segment, share_segments
-from ._rows import EngineStats, Row, Sink, end_token_ids, pad_token_id
-from ._sampling import HostCopy, Sampled, SamplingBatch, row_key, sample_batch, to_device, to_host
-from ._slot_cache import SlotCache, attention_kernels
-from ._slots import SlotTable, round_up
-from .base import BackendError, GenerateResult
+from agentr1.core.generation import BackendError, GenerateResult
 
-__all__ = ["CHUNK", "BatchEngine", "EngineStats", "Row", "Sink", "end_token_ids", "pad_token_id"]
+from .grammar import grammar_mask
+from .graphs import LENGTH_STEP, DecodeGraphs, row_bucket
+from .images import image_token_id, prompt_embeds, segment_inputs
+from .options import EngineOptions
+from .prefix import CHUNK, Segment, share_segments
+from .rows import EngineStats, Row
+from .sampling import HostCopy, Sampled, SamplingBatch, row_key, sample_batch, to_device, to_host
+from .slot_cache import SlotCache, attention_kernels
+from .slots import SlotTable, round_up
+
+__all__ = ["BatchEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -70,23 +72,20 @@ class _Step:
 
 
 class BatchEngine:
+    """The running batch of ``model`` under ``options`` (:class:`~.options.EngineOptions`: the batch size, the
+    prefix cache and its bound, exact prefills, CUDA graphs, compilation, the prefill budget, overlap; the
+    device and dtype are the model's) with ``max_context`` positions a row."""
+
     def __init__(
         self,
         model: Any,
+        options: EngineOptions,
         *,
         eos_ids: set[int],
         pad_id: int,
         decode: Any,
         max_context: int,
         stats: EngineStats,
-        max_batch_size: int = 32,
-        prefix_cache: bool = True,
-        cache_bytes: int | None = None,
-        exact: bool | None = None,
-        cuda_graphs: bool = True,
-        compile: bool = False,
-        prefill_budget: int | None = None,
-        overlap: bool | None = None,
     ) -> None:
         self.model = model
         self.image_id = image_token_id(model)  # a vision-language model's image placeholder (None: text only)
@@ -99,23 +98,24 @@ class BatchEngine:
         self.max_context = max_context
         self.stats = stats
         self.policy_version = 0
-        self.max_batch_size = max_batch_size
-        self.prefix_cache = prefix_cache
-        self.exact = (not gpu) if exact is None else exact
-        self.overlap = gpu if overlap is None else overlap  # on a CPU every op waits anyway: nothing to overlap
-        self.prefill_budget = prefill_budget or (16384 if gpu else 1024)
+        self.max_batch_size = options.max_batch_size
+        self.prefix_cache = options.prefix_cache
+        self.exact = (not gpu) if options.exact is None else options.exact
+        self.overlap = gpu if options.overlap is None else options.overlap  # on a CPU every op waits anyway
+        self.prefill_budget = options.prefill_budget or (16384 if gpu else 1024)
         self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
         self.cache = SlotCache(model.config, self.device, self.dtype)
+        cache_bytes = options.cache_bytes
         if cache_bytes is None:
             cache_bytes = (torch.cuda.mem_get_info(self.device)[0] // 4) if gpu else 1 << 30
-        self.slot_table = SlotTable(self.cache, max_slots=2 * max_batch_size, cache_bytes=cache_bytes,
-                                    max_context=max_context, prefix_cache=prefix_cache, image_id=self.image_id)
+        self.slot_table = SlotTable(self.cache, max_slots=2 * self.max_batch_size, cache_bytes=cache_bytes,
+                                    max_context=max_context, prefix_cache=self.prefix_cache, image_id=self.image_id)
         self.rows: list[Row] = []
         self._decode_step = self._decode_forward
-        if compile:  # inductor fuses the step's small kernels; rows and attended length stay symbolic, so
+        if options.compile:  # inductor fuses the step's small kernels; rows and attended length stay symbolic, so
             # it compiles twice (one row, which torch specialises, and any other count), not once per shape
             self._decode_step = torch.compile(self._decode_forward, dynamic=True)
-        self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and cuda_graphs else None
+        self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and options.cuda_graphs else None
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._in_flight: _Step | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)

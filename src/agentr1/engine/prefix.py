@@ -14,7 +14,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from ._rows import Row
+from .rows import Row
 
 __all__ = ["CHUNK", "MIN_REUSE", "PrefixIndex", "Segment", "common_prefix", "share_segments"]
 

@@ -1,4 +1,4 @@
-"""Grammar-constrained decoding with xgrammar: a :class:`~.base.GrammarSpec` -> a per-row token mask.
+"""Grammar-constrained decoding with xgrammar: a :class:`~agentr1.core.GrammarSpec` -> a per-row token mask.
 
 The gateway turns ``response_format`` / ``text.format`` and forced tool calls into a ``GrammarSpec``
 (``codecs/constraints.py``); :func:`build_grammar` makes the xgrammar grammar of one (JSON Schemas with
@@ -6,7 +6,7 @@ compact separators, ``", "`` and ``": "``, no free whitespace: a small model can
 local engine compiles it once per spec for its tokenizer (:class:`GrammarCache`, least recently used
 entries evicted) and gives each constrained row a :class:`RowGrammar`, a matcher that follows the row's
 sampled tokens. Each step, :func:`grammar_mask` asks the constrained rows' matchers which tokens may
-come next and returns them as a boolean mask the sampler applies (``_sampling.sample_batch``): the
+come next and returns them as a boolean mask the sampler applies (``sampling.sample_batch``): the
 other logits become ``-inf`` before the softmax, so the recorded log-probability is the one of the
 masked, renormalised distribution the token was drawn from. Rows without a grammar are not touched,
 and a batch without one costs one pass over its rows. When the grammar is complete only the end tokens
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import GrammarSpec
+from agentr1.core.generation import GrammarSpec
 
 __all__ = ["GrammarCache", "RowGrammar", "build_grammar", "grammar_mask", "to_ebnf"]
 

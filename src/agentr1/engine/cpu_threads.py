@@ -1,5 +1,5 @@
 """How many CPU threads the embedded engine's torch ops use: one per core that other work leaves free, chosen
-again every second while the engine runs (:class:`CpuThreads`, used by the CPU worker in ``local.py``).
+again every second while the engine runs (:class:`CpuThreads`, used by the CPU worker in ``engine.py``).
 
 Why: a forward's parallel regions end on a barrier that waits for every one of its threads. With torch's default
 (one thread per core) and one other busy process on a 2-core laptop, one engine thread shares its core with that

@@ -3,7 +3,7 @@ queued (the prompt's ids, the sampling parameters, the context length, images)."
 
 from __future__ import annotations
 
-from .base import ContextLengthExceeded, GenerateRequest
+from agentr1.core.generation import ContextLengthExceeded, GenerateRequest
 
 __all__ = ["MAX_TOP_LOGPROBS", "check_request"]
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import BackendError, BackendUnavailable, GenerateRequest, SamplingParams
-from agentr1.gateway.backends.local import LocalBackend
 
 pytestmark = pytest.mark.slow  # the owner spawns a process that loads torch and the model
 
@@ -24,9 +25,9 @@ def run(coro: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def owner_and_client(tiny_model_path) -> Iterator[tuple[LocalBackend, LocalBackend]]:
-    owner = LocalBackend(tiny_model_path, device="cpu", num_threads=1, engine_process=True)
+    owner = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1), engine_process=True)
     run(owner.start())
-    client = LocalBackend(tiny_model_path, device="cpu", engine_address=owner.engine_address)
+    client = LocalBackend(tiny_model_path, EngineOptions(device="cpu"), engine_address=owner.engine_address)
     run(client.start())
     yield owner, client
     run(client.close())
@@ -47,7 +48,7 @@ async def answers(backend: LocalBackend) -> list[tuple[list[int], int]]:
 
 def test_a_client_gets_the_owners_answers_while_both_run(owner_and_client):
     owner, client = owner_and_client
-    assert client.model is None and client.engine_address is None  # it loads no model, starts no engine
+    assert client.engine.model is None and client.engine_address is None  # it loads no model, starts no engine
 
     async def both() -> tuple[Any, Any]:
         return await asyncio.gather(answers(owner), answers(client))
@@ -89,7 +90,7 @@ def test_weights_loaded_by_the_owner_reach_the_client_with_their_version(owner_a
 
 def test_a_client_that_leaves_stops_its_rows_and_the_engine_goes_on(owner_and_client, tiny_model_path):
     owner, _ = owner_and_client
-    leaving = LocalBackend(tiny_model_path, device="cpu", engine_address=owner.engine_address)
+    leaving = LocalBackend(tiny_model_path, EngineOptions(device="cpu"), engine_address=owner.engine_address)
 
     async def scenario() -> None:
         await leaving.start()
@@ -107,8 +108,9 @@ def test_a_client_that_leaves_stops_its_rows_and_the_engine_goes_on(owner_and_cl
 
     wrong = dataclasses.replace(owner.engine_address, authkey=b"not the key")
     with pytest.raises(BackendUnavailable, match="no engine process"):
-        LocalBackend(tiny_model_path, device="cpu", engine_address=wrong).start_sync()
-    again = LocalBackend(tiny_model_path, device="cpu", engine_address=owner.engine_address)  # still accepted
+        LocalBackend(tiny_model_path, EngineOptions(device="cpu"), engine_address=wrong).engine.start()
+    again = LocalBackend(tiny_model_path, EngineOptions(device="cpu"),
+                         engine_address=owner.engine_address)  # still accepted
     run(again.start())
     try:
         assert run(answers(again)) == run(answers(owner))

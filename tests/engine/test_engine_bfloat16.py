@@ -15,19 +15,20 @@ import statistics
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
-from agentr1.gateway.backends.local import LocalBackend
 
 QUESTIONS = ["What is 12*7?", "Name a colour.", "Why is the sky blue?", "Add 35 and 48.", "Write a haiku.",
              "Say hello.", "What is 2+2?", "Count to five."]
 
 
 def test_a_bfloat16_engine_samples_within_bfloat16_rounding_of_float32(smollm2_path):
-    backend = LocalBackend(smollm2_path, device="cpu", dtype="bfloat16", max_batch_size=8)
-    backend.start_sync()
+    backend = LocalBackend(smollm2_path, EngineOptions(device="cpu", dtype="bfloat16", max_batch_size=8))
+    backend.engine.start()
     try:
-        assert backend.model.dtype == torch.bfloat16 and backend._engine.cache.dtype == torch.bfloat16
-        tok = backend.tokenizer
+        assert backend.engine.model.dtype == torch.bfloat16 and backend.engine.batch.cache.dtype == torch.bfloat16
+        tok = backend.engine.tokenizer
         requests = [GenerateRequest(
             prompt_ids=tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                                           tokenize=False), add_special_tokens=False),

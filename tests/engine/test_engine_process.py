@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import LocalBackend
 from agentr1.gateway.backends.base import BackendUnavailable, GenerateRequest, GrammarSpec, SamplingParams
-from agentr1.gateway.backends.local import LocalBackend
 
 pytestmark = pytest.mark.slow  # each backend here spawns a process that loads torch and the model
 
@@ -23,8 +24,8 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 @pytest.fixture(scope="module")
 def pair(tiny_model_path) -> Iterator[tuple[LocalBackend, LocalBackend]]:
-    thread = LocalBackend(tiny_model_path, device="cpu", num_threads=1)
-    process = LocalBackend(tiny_model_path, device="cpu", num_threads=1, engine_process=True)
+    thread = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1))
+    process = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1), engine_process=True)
     run(thread.start())
     run(process.start())
     yield thread, process
@@ -55,7 +56,7 @@ def same_answers(ours: list[Any], theirs: list[Any]) -> None:
 def test_the_engine_process_answers_as_the_engine_thread(pair):
     thread, process = pair
     same_answers(run(answers(process)), run(answers(thread)))
-    assert process.model is None and process.stats.tokens_generated >= 6 * 12  # its counters come back
+    assert process.engine.model is None and process.stats.tokens_generated >= 6 * 12  # its counters come back
 
     async def streamed(backend: LocalBackend) -> tuple[list[int], Any]:
         ids: list[int] = []
@@ -130,12 +131,12 @@ def test_a_grammar_is_compiled_in_the_engine_process(pair):
     request = GenerateRequest([1, 30, 31], SamplingParams(max_new_tokens=40, temperature=0.0),
                               grammar=GrammarSpec("regex", "[0-9]{3}"))
     result = run(process.generate(request))
-    text = process.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+    text = process.engine.tokenizer.decode(result.output_ids, skip_special_tokens=True)
     assert len(text) == 3 and text.isdigit()
 
 
 def test_closing_the_engine_process_aborts_rows_and_refuses_new_ones(tiny_model_path):
-    backend = LocalBackend(tiny_model_path, device="cpu", num_threads=1, engine_process=True)
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1), engine_process=True)
 
     async def scenario() -> None:
         await backend.start()
@@ -145,7 +146,7 @@ def test_closing_the_engine_process_aborts_rows_and_refuses_new_ones(tiny_model_
         rest = [delta async for delta in stream]
         assert rest[-1].result is not None and rest[-1].result.finish_reason == "abort"
         await closing
-        assert not backend._remote.process.is_alive()
+        assert not backend.engine._remote.process.is_alive()
         with pytest.raises(BackendUnavailable):
             await backend.generate(GenerateRequest([5, 6], SamplingParams(max_new_tokens=2)))
 

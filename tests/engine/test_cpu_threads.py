@@ -1,5 +1,5 @@
-"""The embedded engine's CPU threads: one per core that other work leaves free (``_cpu_threads.py``), measured on
-this machine with real busy processes and real threads."""
+"""The embedded engine's CPU threads: one per core that other work leaves free (``agentr1/engine/cpu_threads.py``),
+measured on this machine with real busy processes and real threads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from agentr1.gateway.backends._cpu_threads import (
+from agentr1.engine.cpu_threads import (
     CpuThreads,
     _name_this_thread,
     _team_cpu_s,

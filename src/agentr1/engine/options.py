@@ -1,0 +1,31 @@
+"""How the embedded engine runs: :class:`EngineOptions`, one object from the settings to the engine.
+
+``agentr1 gateway``'s flags (``GatewaySettings.engine_options()``), the trainer's rollout settings and the benches
+make one; the gateway's ``LocalBackend`` hands it to the :class:`~.engine.Engine` unchanged, and an engine in a
+process of its own gets the same object and builds its engine from it there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EngineOptions"]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine's options; every default is the engine's own choice for the device it runs on."""
+
+    device: str = "auto"  # cpu, cuda, cuda:N, or auto (a GPU if there is one)
+    dtype: str = "auto"  # of the weights and the KV cache: auto (bfloat16 on a GPU, float32 on the CPU), float32, ...
+    max_batch_size: int = 32  # rows decoded together
+    max_context: int | None = None  # prompt + completion tokens (None: the model's max_position_embeddings)
+    max_queue: int = 4096  # requests waiting for the batch at most (more are refused: BackendUnavailable)
+    num_threads: int | None = None  # CPU threads of the worker's torch ops (None: one per core other work leaves free)
+    prefix_cache: bool = True  # reuse the cached prefixes of earlier prompts
+    cache_bytes: int | None = None  # the KV cache's bound (None: a quarter of the free GPU memory, 1 GiB on the CPU)
+    exact: bool | None = None  # bit-exact prefix reuse: one chunk per row and prefill forward (None: on the CPU)
+    cuda_graphs: bool = True  # replay decode steps from CUDA graphs on a GPU
+    compile: bool = False  # run the decode step through torch.compile
+    prefill_budget: int | None = None  # prompt tokens per prefill forward (None: 16,384 on a GPU, 1,024 on the CPU)
+    overlap: bool | None = None  # queue each decode step before reading the previous one's tokens (None: on a GPU)
