@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentr1.core import is_vlm_dir, resolve_model
 from agentr1.gateway.auth import KeyConcurrencyLimit
 from agentr1.gateway.backends.base import Backend
 from agentr1.gateway.backends.factory import build_backend
@@ -33,7 +34,7 @@ log = logging.getLogger("agentr1.gateway")
 
 
 def _default_renderer(settings: GatewaySettings, backend: Backend, store: TraceStore) -> Any:
-    from agentr1.core import is_vlm_dir, resolve_model
+    # lazy: rendering loads the tokenizers' stack; `import agentr1.gateway` stays light without it
     from agentr1.core.rendering import ImagePolicy, load_renderer, load_vision_renderer
 
     tokenizer = getattr(backend, "tokenizer", None)

@@ -18,7 +18,7 @@ from agentr1.engine import EngineOptions
 def _default_db() -> str:
     """The store's default (``agentr1.store.DEFAULT_DB``), looked up when settings are made, so that
     importing this module (the CLI's flags) does not import the store."""
-    from agentr1.store import DEFAULT_DB
+    from agentr1.store import DEFAULT_DB  # lazy: see above
 
     return DEFAULT_DB
 

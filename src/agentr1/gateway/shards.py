@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from agentr1.core import freeze_heap
 from agentr1.gateway.server import free_port
 from agentr1.gateway.settings import GatewaySettings
 
@@ -122,7 +123,6 @@ def serve_shard(values: dict[str, Any], engine_address: Any, port: int) -> None:
     ``engine_address``, under uvicorn on ``port`` until SIGTERM."""
     import uvicorn
 
-    from agentr1.core import freeze_heap
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends import local_backend
     from agentr1.gateway.server import uvicorn_options

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentr1.core import resolve_model
+
 from .base import Backend
 
 if TYPE_CHECKING:
@@ -24,7 +26,6 @@ def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Back
       their own policy version;
     - ``litellm``: the external model ``settings.model`` (``backend_urls[0]``, if any, is its api_base).
     """
-    from agentr1.core import resolve_model
 
     urls = list(settings.backend_urls)
     if settings.backend == "local":
@@ -55,7 +56,6 @@ def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_
     """The embedded engine (:class:`~.local.LocalBackend`) on ``settings.model`` with the settings' engine
     options (``settings.engine_options()``), not started yet; ``engine_address``: sharing another backend's engine
     process (its ``engine_address``) instead of loading the model."""
-    from agentr1.core import resolve_model
 
     from .local import LocalBackend
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import httpx
 
+from agentr1.core import resolve_model
 from agentr1.gateway.settings import GatewaySettings
 
 __all__ = ["DEFAULT_COMMAND", "LaunchError", "LaunchSpec", "SGLangLauncher", "launch_servers", "parse_command"]
@@ -115,7 +116,6 @@ def launch_servers(settings: GatewaySettings, *, on_give_up: Callable[[LaunchErr
     """Start the SGLang servers ``settings.launch_*`` describe for ``settings.model`` and wait until they
     are healthy (``agentr1 gateway --launch`` and the trainer's ``rollout.launch`` both come here).
     Raises :class:`LaunchError` (a server failed) or ``ValueError`` (a bad option)."""
-    from agentr1.core import resolve_model
 
     if settings.backend != "sglang":
         raise ValueError(f"launch starts SGLang servers: it needs backend sglang, not {settings.backend!r}")
