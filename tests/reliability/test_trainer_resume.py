@@ -67,9 +67,9 @@ def _run(config: JobConfig, updates: list[tuple[int, set[str]]], patch: Any = No
     trainer.setup()
     real_update = trainer.policy.update
 
-    def update(rows: Any, **kw: Any) -> Any:
-        updates.append((trainer.state.step + 1, {r.session_id for r in rows}))
-        return real_update(rows, **kw)
+    def update(batch: Any, **kw: Any) -> Any:
+        updates.append((trainer.state.step + 1, {r.session_id for r in batch.rows}))
+        return real_update(batch, **kw)
 
     trainer.policy.update = update
     if patch is not None:

@@ -105,9 +105,9 @@ def _train_with_update_spy(config: JobConfig, seen: list[tuple[int, list[str]]])
     trainer.setup()
     real_update = trainer.policy.update
 
-    def update(rows, **kw):
-        seen.append((trainer.state.policy_version, sorted({r.session_id for r in rows})))
-        return real_update(rows, **kw)
+    def update(batch, **kw):
+        seen.append((trainer.state.policy_version, sorted({r.session_id for r in batch.rows})))
+        return real_update(batch, **kw)
 
     trainer.policy.update = update
     try:

@@ -9,11 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from examples.distill.run_opd import run_opd
 from examples.distill.tasks import HELD_OUT
 
 from agentr1.trainer.distill import Distiller, check_same_tokenizer, reverse_kl_advantages
 from agentr1.trainer.distill_eval import HeldOutAgreement
+from agentr1.trainer.padded import pad_rows
 from agentr1.trainer.rows import TrainRow
 
 OPD_TEST_SETTING = {"noise": 0.1, "steps": 2, "batch": 8, "n": 1, "lr": 5e-5, "max_tokens": 16,
@@ -37,39 +39,42 @@ def _row(mask: list[int], advantages: list[float] | None = None) -> TrainRow:
 
 
 def test_reverse_kl_advantage_is_teacher_minus_student_on_sampled_tokens():
-    row = _row([1, 1, 0, 1])
-    metrics = reverse_kl_advantages([row], [[-0.5, -3.0, -9.0, -1.0]], [[-1.0, -1.0, 0.0, -1.0]], coef=2.0,
-                                    alone=True)
-    assert row.advantages == [1.0, -4.0, 0.0, 0.0]  # 2 * (teacher - student); feedback token untouched
+    batch = pad_rows([_row([1, 1, 0, 1])])
+    metrics = reverse_kl_advantages(batch, torch.tensor([[-0.5, -3.0, -9.0, -1.0]]),
+                                    torch.tensor([[-1.0, -1.0, 0.0, -1.0]]), coef=2.0, alone=True)
+    # 2 * (teacher - student); feedback token untouched
+    assert batch.extra["advantages"].tolist() == [[1.0, -4.0, 0.0, 0.0]]
     assert metrics["distill/reverse_kl"] == pytest.approx((-0.5 + 2.0 + 0.0) / 3)
     assert metrics["distill/tokens"] == 3.0
 
 
 def test_reverse_kl_advantage_adds_to_task_advantages():
-    row = _row([1, 0, 1], advantages=[0.5, 0.0, 0.5])
-    reverse_kl_advantages([row], [[-2.0, -7.0, -1.0]], [[-1.0, 0.0, -1.0]], coef=0.1, alone=False)
-    assert row.advantages == pytest.approx([0.4, 0.0, 0.5])
+    batch = pad_rows([_row([1, 0, 1], advantages=[0.5, 0.0, 0.5])])
+    reverse_kl_advantages(batch, torch.tensor([[-2.0, -7.0, -1.0]]), torch.tensor([[-1.0, 0.0, -1.0]]), coef=0.1,
+                          alone=False)
+    assert batch.extra["advantages"][0].tolist() == pytest.approx([0.4, 0.0, 0.5])
 
 
 def test_reverse_kl_advantage_rejects_misaligned_log_probs():
-    with pytest.raises(ValueError, match="row 0"):
-        reverse_kl_advantages([_row([1, 1])], [[-1.0]], [[-1.0, -1.0]], coef=1.0, alone=True)
-    with pytest.raises(ValueError, match="for 1 rows"):
-        reverse_kl_advantages([_row([1])], [], [], coef=1.0, alone=True)
+    with pytest.raises(ValueError, match=r"teacher log-probs \(1, 1\) .* for a batch of \(1, 2\)"):
+        reverse_kl_advantages(pad_rows([_row([1, 1])]), torch.tensor([[-1.0]]), torch.tensor([[-1.0, -1.0]]),
+                              coef=1.0, alone=True)
 
 
 def test_distiller_recomputes_missing_student_log_probs():
     class Teacher:
-        def logprobs(self, rows):
-            return [[-2.0] * len(r.response_ids) for r in rows]
+        def logprobs(self, batch):
+            return torch.full(batch.response_mask.shape, -2.0)
 
-    row = _row([1, 1])
+    row, recorded = _row([1, 1]), _row([1, 1])
     row.has_old_logprobs = False
     asked = []
     distiller = Distiller(Teacher(), coef=1.0, alone=True,
-                          student_logprobs=lambda rows: asked.append(len(rows)) or [[-0.5, -0.5]])
-    distiller.apply([row])
-    assert asked == [1] and row.advantages == [-1.5, -1.5]
+                          student_logprobs=lambda batch: asked.append(len(batch)) or torch.full((1, 2), -0.5))
+    batch = pad_rows([recorded, row])
+    distiller.apply(batch)
+    # the recorded row's student log-probs are its rollout's (-1.0), the other's the policy's
+    assert asked == [1] and batch.extra["advantages"].tolist() == [[-1.0, -1.0], [-1.5, -1.5]]
 
 
 def test_tokenizer_mismatch_is_a_clear_error(tmp_path, tiny_model_path):
@@ -95,7 +100,6 @@ def scoring_sglang_app(model_path: Path):
     0.5 does, ``{output_ids: [], meta_info: {input_token_logprobs: [[logprob, token_id, null], ...]}}``
     for positions k..end, each the log-prob of that token given the tokens before it (null at
     position 0, which has no context). Log-probs from the real model (transformers, float32)."""
-    import torch
     from fastapi import FastAPI
     from policy_fixtures import load_plain_model
 
@@ -131,14 +135,15 @@ def test_local_and_sglang_teachers_score_the_exact_tokens(tiny_model_path):
     local = LocalTeacher(tiny_model_path, LocalPolicy(tiny_model_path, device="cpu"))
     with BackgroundServer(scoring_sglang_app(tiny_model_path), ready_path="/health", startup_timeout_s=30) as url:
         remote = SGLangTeacher(url)
+        batch = pad_rows(rows)
         for teacher in (local, remote):
-            got = teacher.logprobs(rows)
+            got = batch.unpad(teacher.logprobs(batch))
             for g, e in zip(got, expected, strict=True):
                 assert g == pytest.approx(e, abs=1e-4)
         bad = _row([1, 1])
         bad.response_ids = [10**6, 3]  # the server cannot score ids outside its vocabulary
         with pytest.raises(RuntimeError, match="SGLang teacher"):
-            remote.logprobs([bad])
+            remote.logprobs(pad_rows([bad]))
         remote.close()
 
 

@@ -15,19 +15,22 @@ Teachers: :class:`LocalTeacher` (a HF model held by verl's FSDP engine code, the
 policy uses for its own log-probs) and :class:`SGLangTeacher` (a remote SGLang server's
 prefill-only scoring of given tokens). The student's log-probs are the rollout log-probs the
 gateway recorded (the distribution the tokens were sampled from); rows without them are
-recomputed by the policy. Teacher log-probs are taken at temperature 1 (the target).
+recomputed by the policy. Teacher log-probs are taken at temperature 1 (the target). Everything here reads and
+writes the batch's tensors (:class:`~agentr1.trainer.padded.PaddedBatch`): the advantages the update reads.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
+import torch
 
+from agentr1.trainer.padded import PaddedBatch
 from agentr1.trainer.rows import TrainRow
 
 if TYPE_CHECKING:
@@ -41,8 +44,8 @@ log = logging.getLogger(__name__)
 
 
 class Teacher(Protocol):
-    def logprobs(self, rows: Sequence[TrainRow]) -> list[list[float]]:
-        """Per row: the teacher's log-prob of each response token given everything before it."""
+    def logprobs(self, batch: PaddedBatch) -> torch.Tensor:
+        """(B, R): the teacher's log-prob of each response token given everything before it."""
         ...
 
 
@@ -65,31 +68,28 @@ def check_same_tokenizer(student: str | os.PathLike[str], teacher: str | os.Path
                              f"{getattr(t_tok, name)!r}")
 
 
-def reverse_kl_advantages(rows: Sequence[TrainRow], teacher_logprobs: Sequence[Sequence[float]],
-                          student_logprobs: Sequence[Sequence[float]], *, coef: float, alone: bool
-                          ) -> dict[str, float]:
-    """Set (``alone``) or add ``coef * (teacher - student)`` as each action token's advantage;
-    tokens outside the response mask keep advantage 0 (or their task advantage). Returns
-    ``distill/*`` metrics: the mean single-sample reverse KL and both log-probs over action tokens."""
-    if len(teacher_logprobs) != len(rows) or len(student_logprobs) != len(rows):
-        raise ValueError(f"{len(teacher_logprobs)} teacher and {len(student_logprobs)} student log-prob rows "
-                         f"for {len(rows)} rows")
-    kl_sum = t_sum = s_sum = 0.0
-    tokens = 0
-    for i, (row, teacher, student) in enumerate(zip(rows, teacher_logprobs, student_logprobs, strict=True)):
-        n = len(row.response_ids)
-        if len(teacher) != n or len(student) != n:
-            raise ValueError(f"row {i}: {len(teacher)} teacher / {len(student)} student log-probs for {n} tokens")
-        base = [0.0] * n if alone or len(row.advantages) != n else list(row.advantages)
-        for k in range(n):
-            if row.response_mask[k]:
-                kl = student[k] - teacher[k]
-                base[k] += -coef * kl
-                kl_sum, t_sum, s_sum, tokens = kl_sum + kl, t_sum + teacher[k], s_sum + student[k], tokens + 1
-        row.advantages = base
+def reverse_kl_advantages(batch: PaddedBatch, teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor, *,
+                          coef: float, alone: bool) -> dict[str, float]:
+    """Set (``alone``) or add ``coef * (teacher - student)`` as each action token's advantage in
+    ``batch.extra["advantages"]``; tokens outside the response mask keep advantage 0 (or their task advantage).
+    Returns ``distill/*`` metrics: the mean single-sample reverse KL and both log-probs over action tokens."""
+    shape = tuple(batch.response_mask.shape)
+    if tuple(teacher_logprobs.shape) != shape or tuple(student_logprobs.shape) != shape:
+        raise ValueError(f"teacher log-probs {tuple(teacher_logprobs.shape)} and student "
+                         f"{tuple(student_logprobs.shape)} for a batch of {shape} response tokens")
+    action = batch.response_mask != 0
+    teacher, student = teacher_logprobs.double(), student_logprobs.double()
+    kl = student - teacher
+    base = batch.extra.get("advantages")
+    if alone or base is None:
+        base = torch.zeros(shape, dtype=torch.float64)
+    batch.extra["advantages"] = torch.where(action, base + (-coef) * kl, base)
+    tokens = int(action.sum())
     denom = max(1, tokens)
-    return {"distill/reverse_kl": kl_sum / denom, "distill/teacher_logprob": t_sum / denom,
-            "distill/student_logprob": s_sum / denom, "distill/tokens": float(tokens)}
+    # summed one by one in row order (as floats, not by torch): the metrics do not depend on how torch reduces
+    return {"distill/reverse_kl": sum(kl[action].tolist()) / denom,
+            "distill/teacher_logprob": sum(teacher[action].tolist()) / denom,
+            "distill/student_logprob": sum(student[action].tolist()) / denom, "distill/tokens": float(tokens)}
 
 
 class LocalTeacher:
@@ -100,14 +100,9 @@ class LocalTeacher:
         from agentr1.trainer.policy.verl_model import VerlModel
 
         self.model = VerlModel(Path(model_path), role="ref", config=policy.config, device=policy.device)
-        self.pad_id = policy.pad_token_id
 
-    def logprobs(self, rows: Sequence[TrainRow]) -> list[list[float]]:
-        from agentr1.trainer.policy.batch import pad_rows
-
-        batch = pad_rows(rows, pad_id=self.pad_id)
-        out = self.model.infer(batch, temperature=1.0)["log_probs"]
-        return [list(map(float, r)) for r in batch.unpad(out)]
+    def logprobs(self, batch: PaddedBatch) -> torch.Tensor:
+        return self.model.infer(batch, temperature=1.0)["log_probs"]
 
 
 class SGLangTeacher:
@@ -120,8 +115,8 @@ class SGLangTeacher:
         self.url = url.rstrip("/")
         self.client = client or httpx.Client(timeout=timeout_s)
 
-    def logprobs(self, rows: Sequence[TrainRow]) -> list[list[float]]:
-        return [self._score(row) for row in rows]
+    def logprobs(self, batch: PaddedBatch) -> torch.Tensor:
+        return batch.response_tensor([self._score(row) for row in batch.rows], torch.float64)
 
     def _score(self, row: TrainRow) -> list[float]:
         body = {"input_ids": list(row.prompt_ids) + list(row.response_ids), "return_logprob": True,
@@ -144,21 +139,21 @@ class SGLangTeacher:
 
 
 class Distiller:
-    """Turns a batch's rows into OPD advantages (see the module docstring)."""
+    """Turns a batch into OPD advantages (see the module docstring)."""
 
     def __init__(self, teacher: Teacher, *, coef: float, alone: bool,
-                 student_logprobs: Callable[[Sequence[TrainRow]], list[list[float]]]) -> None:
+                 student_logprobs: Callable[[PaddedBatch], torch.Tensor]) -> None:
         self.teacher, self.coef, self.alone = teacher, coef, alone
         self._recompute = student_logprobs
 
-    def apply(self, rows: Sequence[TrainRow]) -> dict[str, float]:
-        teacher = self.teacher.logprobs(rows)
-        student: list[list[float]] = [list(r.old_logprobs) for r in rows]
-        missing = [i for i, r in enumerate(rows) if not r.has_old_logprobs]
+    def apply(self, batch: PaddedBatch) -> dict[str, float]:
+        teacher = self.teacher.logprobs(batch)
+        student = batch.extra["rollout_log_probs"].double()
+        missing = (~batch.has_rollout_log_probs).nonzero().flatten().tolist()
         if missing:  # a step came without rollout log-probs: the current policy's stand in
-            for i, lp in zip(missing, self._recompute([rows[i] for i in missing]), strict=True):
-                student[i] = lp
-        return reverse_kl_advantages(rows, teacher, student, coef=self.coef, alone=self.alone)
+            student = student.clone()
+            student[missing] = self._recompute(batch.select(missing)).double()
+        return reverse_kl_advantages(batch, teacher, student, coef=self.coef, alone=self.alone)
 
 
 def build_distiller(cfg: JobConfig, student_path: Path, policy: LocalPolicy) -> Distiller:
@@ -175,4 +170,4 @@ def build_distiller(cfg: JobConfig, student_path: Path, policy: LocalPolicy) -> 
              "alone" if spec.alone else "added to task advantages")
     temperature = cfg.actor_rollout_ref.rollout.temperature
     return Distiller(teacher, coef=spec.coef, alone=spec.alone,
-                     student_logprobs=lambda rows: policy.compute_logprobs(rows, temperature=temperature))
+                     student_logprobs=lambda batch: policy.log_probs(batch, temperature=temperature))

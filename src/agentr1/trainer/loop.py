@@ -21,7 +21,7 @@ from agentr1.core import resolve_model
 from agentr1.sdk import configure
 from agentr1.store import ImageStore, TraceStore, normalize_url
 from agentr1.trainer.agent_session import use_session_threads
-from agentr1.trainer.algorithms import AdvantageConfig, compute_advantages, get_adv_estimator
+from agentr1.trainer.algorithms import AdvantageConfig, compute_batch_advantages, get_adv_estimator
 from agentr1.trainer.async_loop import AsyncRollouts
 from agentr1.trainer.batch import BatchConfig, build_rows
 from agentr1.trainer.checkpoints import TrainerState, latest_checkpoint, save_checkpoint
@@ -30,8 +30,8 @@ from agentr1.trainer.distill import build_distiller
 from agentr1.trainer.evaluate import run_protocol
 from agentr1.trainer.groups import GroupCompleter, resampler
 from agentr1.trainer.offline import OfflineSource, OfflineSteps
+from agentr1.trainer.padded import PaddedBatch
 from agentr1.trainer.rollout import AgentRunner
-from agentr1.trainer.rows import TrainRow
 from agentr1.trainer.scoring import Scorer, outcome_metrics
 from agentr1.trainer.serving import Serving, start_serving
 from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
@@ -147,35 +147,35 @@ class Trainer:
     async def learn(self, data: StepData) -> dict[str, float]:
         """Steps 3-6 of a training step: rows, advantages, update, weight sync. Returns the step's
         metrics (``data.metrics`` included)."""
-        # 3. replay: exact-token rows from the stored steps
-        batch = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
+        # 3. replay: exact-token rows from the stored steps, padded into tensors once (advantages, the teacher, the
+        #    update and the critic read and write those)
+        built = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
                                                       max_length=self.config.actor_rollout_ref.actor.max_length),
                            rewards=data.rewards)
         metrics = {**data.metrics, **self.groups.take_metrics(), **self.scorer.take_metrics(),
-                   **{f"batch/{k}": float(v) for k, v in batch.metrics.items()}}
-        if not batch.rows:
+                   **{f"batch/{k}": float(v) for k, v in built.metrics.items()}}
+        if not built.rows:
             return metrics
+        batch = await asyncio.to_thread(self.policy.pad, built.rows)
         # 4. advantages (values from the critic when the estimator needs them; a teacher's when distilling)
         if get_adv_estimator(self.config.algorithm.adv_estimator).needs_values:
-            values = await asyncio.to_thread(self.policy.compute_values, batch.rows)
-            for row, v in zip(batch.rows, values, strict=True):
-                row.values = v
-        metrics.update(compute_advantages(batch.rows, advantage_config(self.config)))
+            batch.extra["values"] = await asyncio.to_thread(self.policy.critic_values, batch)
+        metrics.update(compute_batch_advantages(batch, advantage_config(self.config)))
         if self.distiller is not None:
-            metrics.update(await asyncio.to_thread(self.distiller.apply, batch.rows))
+            metrics.update(await asyncio.to_thread(self.distiller.apply, batch))
         # 5. update the policy (and the critic) through verl
         temperature = self.config.actor_rollout_ref.rollout.temperature
-        rows: list[TrainRow] = []
+        trained: PaddedBatch | None = None
         if self.state.step >= self.config.trainer.critic_warmup:  # the first critic_warmup steps: critic only
-            rows = batch.rows
+            trained = batch
             if self.config.actor_rollout_ref.actor.skip_zero_advantage:
-                rows = rows_with_signal(rows)
-                metrics["actor/rows_skipped"] = float(len(batch.rows) - len(rows))
-            if rows:
-                metrics.update(await asyncio.to_thread(self.policy.update, rows, temperature=temperature))
+                trained = rows_with_signal(batch)
+                metrics["actor/rows_skipped"] = float(len(batch) - (len(trained) if trained is not None else 0))
+            if trained is not None:
+                metrics.update(await asyncio.to_thread(self.policy.update, trained, temperature=temperature))
         if self.policy.critic is not None:
-            metrics.update(await asyncio.to_thread(self.policy.update_critic, batch.rows))
-        if not rows:  # the policy did not change: the servers keep their weights, their prefixes, the version
+            metrics.update(await asyncio.to_thread(self.policy.update_critic, batch))
+        if trained is None:  # the policy did not change: the servers keep their weights, their prefixes, the version
             return metrics
         # 6. weights to the serving backend: later steps record the new policy version
         if self.serving is not None:
@@ -247,9 +247,11 @@ def engine_metrics(before: dict[str, float], after: dict[str, float], wall_s: fl
     return out
 
 
-def rows_with_signal(rows: list[TrainRow]) -> list[TrainRow]:
-    """The rows with a non-zero advantage somewhere (``actor.skip_zero_advantage``)."""
-    return [row for row in rows if any(a != 0.0 for a in row.advantages)]
+def rows_with_signal(batch: PaddedBatch) -> PaddedBatch | None:
+    """The rows with a non-zero advantage somewhere (``actor.skip_zero_advantage``), padded as they would be
+    alone; None when there is none."""
+    keep = (batch.extra["advantages"] != 0).any(dim=1).nonzero().flatten().tolist()
+    return batch.select(keep).trimmed() if keep else None
 
 
 # the YAML actor section's own settings, read by the trainer (agentr1.trainer.batch, rows_with_signal), not the policy

@@ -4,7 +4,7 @@ and ours in verl's registry form (steppo, gigpo), dispatched by name."""
 from agentr1.trainer.algorithms import gigpo as _gigpo  # noqa: F401  (registers "gigpo")
 from agentr1.trainer.algorithms import steppo as _steppo  # noqa: F401  (registers "steppo")
 from agentr1.trainer.algorithms import verl_estimators as _verl  # noqa: F401  (registers verl's)
-from agentr1.trainer.algorithms.advantages import compute_advantages
+from agentr1.trainer.algorithms.advantages import compute_advantages, compute_batch_advantages
 from agentr1.trainer.algorithms.config import AdvantageConfig
 from agentr1.trainer.algorithms.gigpo import compute_gigpo_advantage
 from agentr1.trainer.algorithms.registry import (
@@ -23,6 +23,7 @@ __all__ = [
     "EstimatorSpec",
     "TrajectoryBatch",
     "compute_advantages",
+    "compute_batch_advantages",
     "compute_gigpo_advantage",
     "compute_steppo_advantage_return",
     "gather_trajectories",

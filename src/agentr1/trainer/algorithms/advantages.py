@@ -1,28 +1,58 @@
-"""The advantage stage: rows in, ``TrainRow.advantages`` / ``TrainRow.returns`` filled, metrics out."""
+"""The advantage stage: a padded batch in, its ``advantages`` and ``returns`` filled, metrics out.
+
+:func:`compute_batch_advantages` is the stage the trainer runs, on the tensors it built once from the rows
+(:class:`~agentr1.trainer.padded.PaddedBatch`). :func:`compute_advantages` is the same stage for a caller holding
+rows (the viewer, tests): it pads them, runs the stage and writes ``TrainRow.advantages`` / ``TrainRow.returns``.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import torch
 
 from agentr1.trainer.algorithms.config import AdvantageConfig
-from agentr1.trainer.algorithms.registry import get_adv_estimator
+from agentr1.trainer.algorithms.registry import EstimatorSpec, get_adv_estimator
 from agentr1.trainer.algorithms.trajectories import TrajectoryBatch, gather_trajectories, scatter_advantages
+from agentr1.trainer.padded import PaddedBatch, pad_rows
 from agentr1.trainer.rows import TrainRow
 
-__all__ = ["compute_advantages"]
+__all__ = ["compute_advantages", "compute_batch_advantages"]
 
 
-def compute_advantages(rows: list[TrainRow], config: AdvantageConfig | None = None) -> dict[str, float]:
-    """Fill ``advantages`` and ``returns`` (response-aligned, 0 off action tokens) on every row, in place.
+def compute_batch_advantages(batch: PaddedBatch, config: AdvantageConfig | None = None) -> dict[str, float]:
+    """Set ``batch.extra["advantages"]`` and ``["returns"]`` (response-aligned float64, 0 off action tokens).
 
     Dispatches through the registry by ``config.adv_estimator``; an unknown name fails listing the
     valid ones. Raises if the inputs (rewards, values) or the outputs are not finite.
     """
     cfg = config or AdvantageConfig()
     spec = get_adv_estimator(cfg.adv_estimator)
-    batch = gather_trajectories(rows, need_values=spec.needs_values)
+    trajectories = gather_trajectories(batch, need_values=spec.needs_values)
+    advantages, returns, metrics = _estimate(spec, trajectories, cfg)
+    scatter_advantages(batch, trajectories, advantages, returns)
+    return metrics
+
+
+def compute_advantages(rows: Sequence[TrainRow], config: AdvantageConfig | None = None) -> dict[str, float]:
+    """Fill ``advantages`` and ``returns`` (response-aligned, 0.0 off action tokens) on every row, in place:
+    :func:`compute_batch_advantages` on the rows padded."""
+    cfg = config or AdvantageConfig()
+    spec = get_adv_estimator(cfg.adv_estimator)
+    if not rows:
+        return _estimate(spec, TrajectoryBatch.empty(), cfg)[2]
+    batch = pad_rows(rows)
+    metrics = compute_batch_advantages(batch, cfg)
+    for row, advantages, returns in zip(rows, batch.unpad(batch.extra["advantages"]),
+                                        batch.unpad(batch.extra["returns"]), strict=True):
+        row.advantages, row.returns = advantages, returns
+    return metrics
+
+
+def _estimate(spec: EstimatorSpec, batch: TrajectoryBatch,
+              cfg: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """The estimator on the trajectory tensors: (advantages, returns, metrics), checked finite."""
     _check_finite("token rewards", batch.token_level_rewards)
     if batch.values is not None:
         _check_finite("values", batch.values)
@@ -40,10 +70,9 @@ def compute_advantages(rows: list[TrainRow], config: AdvantageConfig | None = No
         floored = mask & (advantages < cfg.advantage_floor)
         metrics["adv/floored_tokens"] = float(floored.sum())
         advantages = torch.where(floored, torch.full_like(advantages, cfg.advantage_floor), advantages)
-    scatter_advantages(rows, batch, advantages, returns)
     if spec.metrics is not None:
         metrics.update(spec.metrics(batch))
-    return metrics
+    return advantages, returns, metrics
 
 
 def _check_finite(what: str, x: torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""Rows <-> trajectory tensors: the form every advantage estimator here computes on.
+"""The padded batch <-> trajectory tensors: the form every advantage estimator here computes on.
 
 A trajectory (one session) may be spread over several rows (one per step, or several merged
 rows). Estimators see one tensor row per trajectory holding its action tokens only, in step
@@ -9,6 +9,10 @@ token-weighted statistics (verl's ``masked_whiten``) are the same as on the rows
 the result does not depend on the layout: ``per_step`` and ``merged`` rows get identical
 advantages. Feedback tokens (mask 0) are skipped by verl's recursions anyway; here they are
 simply absent.
+
+Both directions are index operations on the :class:`~agentr1.trainer.padded.PaddedBatch`'s tensors:
+``source`` holds, for each trajectory token, where it sits in the batch (row * R + response position).
+Only the segments (a few per session) are walked in Python.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from agentr1.trainer.padded import PaddedBatch
 from agentr1.trainer.rows import TrainRow
 
 __all__ = ["TrajectoryBatch", "gather_trajectories", "scatter_advantages"]
@@ -30,9 +35,9 @@ class TrajectoryBatch:
     token_level_rewards: torch.Tensor  # (T, L) float64
     response_mask: torch.Tensor  # (T, L) float64
     step_ids: torch.Tensor  # (T, L) int64, -1 on padding
-    values: torch.Tensor | None  # (T, L) float64, when every row carries values
+    values: torch.Tensor | None  # (T, L) float64, when the estimator needs them
     anchors: list[list[str | None]]  # per trajectory, per step ordinal: GiGPO anchor key
-    positions: list[list[tuple[int, int]]]  # per trajectory, per token: (row number, response position)
+    source: torch.Tensor  # (T, L) int64: the token's place in the padded batch, row * R + position; -1 on padding
 
     @property
     def num_tokens(self) -> int:
@@ -42,98 +47,131 @@ class TrajectoryBatch:
     def num_steps(self) -> int:
         return sum(len(a) for a in self.anchors)
 
+    @classmethod
+    def empty(cls) -> TrajectoryBatch:
+        none = torch.zeros(0, 0, dtype=torch.float64)
+        return cls([], np.array([], dtype=object), none, none.clone(), torch.zeros(0, 0, dtype=torch.int64), None,
+                   [], torch.zeros(0, 0, dtype=torch.int64))
 
-def gather_trajectories(rows: list[TrainRow], *, need_values: bool = False) -> TrajectoryBatch:
-    """Collect each session's action tokens from ``rows`` into one padded tensor row per trajectory."""
+
+def gather_trajectories(batch: PaddedBatch, *, need_values: bool = False) -> TrajectoryBatch:
+    """Collect each session's action tokens from ``batch`` into one padded tensor row per trajectory."""
+    rows = batch.rows
     by_session: dict[str, list[tuple[int, int, int, int]]] = {}  # session -> (step index, start, row, segment)
     group_of: dict[str, str] = {}
     for r, row in enumerate(rows):
-        _check_row(row, need_values)
+        _check_segments(row)
         if group_of.setdefault(row.session_id, row.group_id) != row.group_id:
             raise ValueError(f"rows of session {row.session_id} disagree on group_id: "
                              f"{group_of[row.session_id]!r} vs {row.group_id!r}")
         segments = by_session.setdefault(row.session_id, [])
         segments.extend((seg.step_index, seg.start, r, k) for k, seg in enumerate(row.segments))
+    # every segment, each session's in step order
+    walk = [(session_id, step_index, r, k) for session_id, segments in by_session.items()
+            for step_index, _, r, k in sorted(segments)]
+    seg_row = torch.tensor([r for _, _, r, _ in walk], dtype=torch.long)
+    seg_start = torch.tensor([rows[r].segments[k].start for _, _, r, k in walk], dtype=torch.long)
+    seg_end = torch.tensor([rows[r].segments[k].end for _, _, r, k in walk], dtype=torch.long)
+    action = batch.response_mask != 0
+    rewards = batch.extra["token_rewards"]
+    _check_rewards_on_actions(batch, action, rewards, seg_row, seg_start, seg_end)
+    values = _values(batch) if need_values else None
 
+    # a trajectory per session with action tokens; a step ordinal per step with action tokens
+    action_before = torch.nn.functional.pad(action.long().cumsum(dim=1), (1, 0))  # (B, R + 1)
+    held = (action_before[seg_row, seg_end] - action_before[seg_row, seg_start]).tolist()
     session_ids: list[str] = []
-    positions: list[list[tuple[int, int]]] = []
-    rewards: list[list[float]] = []
-    values: list[list[float]] = []
-    steps: list[list[int]] = []
     anchors: list[list[str | None]] = []
-    for session_id, segments in by_session.items():
-        pos: list[tuple[int, int]] = []
-        rew: list[float] = []
-        val: list[float] = []
-        sid: list[int] = []
-        anc: list[str | None] = []
-        ordinal: dict[int, int] = {}
-        for step_index, _, r, k in sorted(segments):
-            row, seg = rows[r], rows[r].segments[k]
-            tokens = [p for p in range(seg.start, seg.end) if row.response_mask[p]]
-            if not tokens:
-                continue
-            if step_index not in ordinal:
-                ordinal[step_index] = len(ordinal)
-                anc.append(row.anchor_keys[k] if len(row.anchor_keys) == len(row.segments) else None)
-            pos += [(r, p) for p in tokens]
-            rew += [row.token_rewards[p] for p in tokens]
-            if need_values:
-                val += [row.values[p] for p in tokens]
-            sid += [ordinal[step_index]] * len(tokens)
-        if pos:
+    seg_trajectory: list[int] = []  # -1: a segment without action tokens
+    seg_step: list[int] = []
+    current: str | None = None
+    ordinal: dict[int, int] = {}  # step index -> its ordinal in the current session
+    for (session_id, step_index, r, k), tokens in zip(walk, held, strict=True):
+        if session_id != current:
+            current, ordinal = session_id, {}
+        if not tokens:
+            seg_trajectory.append(-1)
+            seg_step.append(-1)
+            continue
+        if not ordinal:
             session_ids.append(session_id)
-            positions.append(pos)
-            rewards.append(rew)
-            values.append(val)
-            steps.append(sid)
-            anchors.append(anc)
+            anchors.append([])
+        if step_index not in ordinal:
+            ordinal[step_index] = len(ordinal)
+            row = rows[r]
+            anchors[-1].append(row.anchor_keys[k] if len(row.anchor_keys) == len(row.segments) else None)
+        seg_trajectory.append(len(session_ids) - 1)
+        seg_step.append(ordinal[step_index])
 
-    width = max((len(p) for p in positions), default=0)
-    count = len(positions)
-    reward_t = torch.zeros(count, width, dtype=torch.float64)
-    mask_t = torch.zeros(count, width, dtype=torch.float64)
-    step_t = torch.full((count, width), -1, dtype=torch.int64)
-    value_t = torch.zeros(count, width, dtype=torch.float64) if need_values else None
-    for t, pos in enumerate(positions):
-        n = len(pos)
-        reward_t[t, :n] = torch.tensor(rewards[t], dtype=torch.float64)
-        mask_t[t, :n] = 1.0
-        step_t[t, :n] = torch.tensor(steps[t], dtype=torch.int64)
-        if value_t is not None:
-            value_t[t, :n] = torch.tensor(values[t], dtype=torch.float64)
+    # every token of every segment, in walk order; then the action tokens, numbered within their trajectory
+    lengths = seg_end - seg_start
+    seg_of = torch.repeat_interleave(torch.arange(len(walk)), lengths)
+    token_row = seg_row[seg_of]
+    token_pos = seg_start[seg_of] + torch.arange(len(seg_of)) - (lengths.cumsum(0) - lengths)[seg_of]
+    token_trajectory = torch.tensor(seg_trajectory, dtype=torch.long)[seg_of]
+    keep = (token_trajectory >= 0) & action[token_row, token_pos]
+    token_row, token_pos, token_trajectory = token_row[keep], token_pos[keep], token_trajectory[keep]
+    token_step = torch.tensor(seg_step, dtype=torch.long)[seg_of][keep]
+    counts = torch.bincount(token_trajectory, minlength=len(session_ids))
+    column = torch.arange(len(token_trajectory)) - (counts.cumsum(0) - counts)[token_trajectory]
+
+    shape = (len(session_ids), int(counts.max()) if session_ids else 0)
+    at = (token_trajectory, column)
+    reward_t = torch.zeros(shape, dtype=torch.float64)
+    reward_t[at] = rewards[token_row, token_pos].double()
+    mask_t = torch.zeros(shape, dtype=torch.float64)
+    mask_t[at] = 1.0
+    step_t = torch.full(shape, -1, dtype=torch.int64)
+    step_t[at] = token_step
+    source_t = torch.full(shape, -1, dtype=torch.int64)
+    source_t[at] = token_row * action.shape[1] + token_pos
+    value_t = None
+    if values is not None:
+        value_t = torch.zeros(shape, dtype=torch.float64)
+        value_t[at] = values[token_row, token_pos].double()
     index = np.array([group_of[s] for s in session_ids], dtype=object)
-    return TrajectoryBatch(session_ids, index, reward_t, mask_t, step_t, value_t, anchors, positions)
+    return TrajectoryBatch(session_ids, index, reward_t, mask_t, step_t, value_t, anchors, source_t)
 
 
-def _check_row(row: TrainRow, need_values: bool) -> None:
+def _check_segments(row: TrainRow) -> None:
     n = len(row.response_ids)
-    if len(row.response_mask) != n or len(row.token_rewards) != n:
-        raise ValueError(f"row of session {row.session_id}: response_mask and token_rewards must have "
-                         f"{n} entries (one per response token)")
-    covered = [False] * n
     for seg in row.segments:
         if not 0 <= seg.start <= seg.end <= n:
             raise ValueError(f"row of session {row.session_id}: segment {seg} is outside the response ({n} tokens)")
-        covered[seg.start:seg.end] = [True] * (seg.end - seg.start)
-    for p in range(n):
-        if row.token_rewards[p] and not (row.response_mask[p] and covered[p]):
-            raise ValueError(f"row of session {row.session_id}: reward {row.token_rewards[p]} at response "
-                             f"position {p}, which is not an action token of a segment")
-    if need_values and len(row.values) != n:
-        raise ValueError(f"row of session {row.session_id} has {len(row.values)} values for {n} response tokens; "
-                         "this estimator needs critic values on every row (TrainRow.values, response-aligned)")
 
 
-def scatter_advantages(rows: list[TrainRow], batch: TrajectoryBatch, advantages: torch.Tensor,
+def _check_rewards_on_actions(batch: PaddedBatch, action: torch.Tensor, rewards: torch.Tensor, seg_row: torch.Tensor,
+                              seg_start: torch.Tensor, seg_end: torch.Tensor) -> None:
+    """A reward sits on an action token of a segment, or nowhere."""
+    edges = torch.zeros(len(batch), action.shape[1] + 1, dtype=torch.long)
+    ones = torch.ones_like(seg_row)
+    edges.index_put_((seg_row, seg_start), ones, accumulate=True)
+    edges.index_put_((seg_row, seg_end), -ones, accumulate=True)
+    covered = edges.cumsum(dim=1)[:, :-1] > 0
+    stray = (rewards != 0) & ~(action & covered)
+    if bool(stray.any()):
+        r, p = (int(i) for i in stray.nonzero()[0])
+        row = batch.rows[r]
+        raise ValueError(f"row of session {row.session_id}: reward {row.token_rewards[p]} at response "
+                         f"position {p}, which is not an action token of a segment")
+
+
+def _values(batch: PaddedBatch) -> torch.Tensor:
+    if "values" in batch.extra:
+        return batch.extra["values"]
+    row = next((r for r in batch.rows if len(r.values) != len(r.response_ids)), None)
+    where = ("the batch has no critic values" if row is None else
+             f"row of session {row.session_id} has {len(row.values)} values for {len(row.response_ids)} response "
+             "tokens")
+    raise ValueError(f"{where}; this estimator needs critic values on every row (TrainRow.values, response-aligned)")
+
+
+def scatter_advantages(batch: PaddedBatch, trajectories: TrajectoryBatch, advantages: torch.Tensor,
                        returns: torch.Tensor) -> None:
-    """Write trajectory-tensor results back to the rows (0 on every non-action token)."""
-    for row in rows:
-        row.advantages = [0.0] * len(row.response_ids)
-        row.returns = [0.0] * len(row.response_ids)
-    adv = advantages.detach().to(torch.float64).tolist()
-    ret = returns.detach().to(torch.float64).tolist()
-    for t, pos in enumerate(batch.positions):
-        for j, (r, p) in enumerate(pos):
-            rows[r].advantages[p] = adv[t][j]
-            rows[r].returns[p] = ret[t][j]
+    """Trajectory-tensor results into ``batch.extra["advantages"]`` and ``["returns"]`` (float64, 0 on every
+    non-action token)."""
+    placed = trajectories.source >= 0
+    for key, result in (("advantages", advantages), ("returns", returns)):
+        out = torch.zeros(batch.response_mask.shape, dtype=torch.float64)
+        out.view(-1)[trajectories.source[placed]] = result.detach().to(torch.float64)[placed]
+        batch.extra[key] = out

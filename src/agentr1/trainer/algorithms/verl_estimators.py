@@ -51,7 +51,7 @@ def _whitening_safe(batch: TrajectoryBatch,
         step_ids=batch.step_ids[keep],
         values=None if batch.values is None else batch.values[keep],
         anchors=[batch.anchors[t]] * 2,
-        positions=[batch.positions[t]] * 2,
+        source=batch.source[keep],
     )
     adv, ret = call(twice)
     advantages = torch.zeros_like(batch.token_level_rewards)

@@ -1,8 +1,7 @@
 """The policy being trained: verl's FSDP engine and losses in the trainer's process (:class:`LocalPolicy`, one CPU
 or one GPU) or on verl's Ray workers (:mod:`.ray_policy`)."""
 
-from .batch import PaddedBatch, pad_rows
 from .config import PolicyConfig
-from .local import LocalPolicy
+from .local import LocalPolicy, Rows
 
-__all__ = ["LocalPolicy", "PaddedBatch", "PolicyConfig", "pad_rows"]
+__all__ = ["LocalPolicy", "PolicyConfig", "Rows"]

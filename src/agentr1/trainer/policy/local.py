@@ -4,7 +4,9 @@
 the loss) and a critic (value model, for GAE-style estimators). One :meth:`~LocalPolicy.update`
 is one PPO step in verl's dataflow:
 
-1. rows -> verl's padded layout (``rollout_log_probs`` = the serving engine's log-probs);
+1. the rows in verl's padded layout (``rollout_log_probs`` = the serving engine's log-probs), as the trainer
+   built them once (:meth:`~LocalPolicy.pad`, :class:`~agentr1.trainer.padded.PaddedBatch`); every method takes
+   such a batch or the rows themselves;
 2. ``old_log_probs``: recomputed by the actor before the update (or the rollout log-probs in
    ``bypass_mode``); verl's rollout correction turns the two into ``rollout_is_weights`` and
    rejects tokens (``algorithm.rollout_correction.rollout_is`` / ``rollout_rs``);
@@ -22,6 +24,7 @@ directory under ``sync_dir`` that SGLang / vLLM servers load (``backend.update_w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -36,9 +39,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..rows import TrainRow
+from agentr1.trainer.padded import PaddedBatch, pad_rows
+from agentr1.trainer.rows import TrainRow
+
 from ._platform import prepare_verl
-from .batch import PaddedBatch, pad_rows, split_rows
 from .config import PolicyConfig, verl_actor_config
 from .export import save_hf_directory
 from .multimodal import RowImageInputs
@@ -47,7 +51,9 @@ from .verl_model import VerlModel
 if TYPE_CHECKING:
     from agentr1.gateway.backends import LocalBackend
 
-__all__ = ["LocalPolicy"]
+__all__ = ["LocalPolicy", "Rows"]
+
+Rows = Sequence[TrainRow] | PaddedBatch  # what the policy's methods take: rows, or rows already padded
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +71,13 @@ def _critic_loss_config(config: PolicyConfig) -> Any:
         loss_agg_mode=config.critic_loss_agg_mode,
         loss_scale_factor=config.loss_scale_factor,
     )
+
+
+def split_rows(n: int, size: int | None, *, shuffle: bool, generator: torch.Generator | None = None) -> list[list[int]]:
+    """Indices of ``n`` rows in chunks of ``size`` (the last may be smaller); None: one chunk."""
+    order = torch.randperm(n, generator=generator).tolist() if shuffle else list(range(n))
+    size = n if size is None else max(1, size)
+    return [order[i : i + size] for i in range(0, n, size)]
 
 
 def _mean_metrics(steps: list[dict[str, float]], prefix: str) -> dict[str, float]:
@@ -130,31 +143,50 @@ class LocalPolicy:
             raise KeyError("this policy has no image store (set policy.image_store = store.images)")
         return bytes(self.image_store.get(sha256))
 
-    def _pad(self, rows: Sequence[TrainRow], **need: bool) -> PaddedBatch:
+    def pad(self, rows: Sequence[TrainRow], **need: bool) -> PaddedBatch:
+        """The rows as tensors, once: verl's layout with this model's pad id and, for a vision-language model, each
+        row's pixel inputs. ``need_advantages`` / ``need_returns``: fail naming a row without them."""
         batch = pad_rows(rows, pad_id=self.pad_token_id, **need)
         if self.image_inputs is not None:
             batch.multi_modal_inputs = self.image_inputs.for_rows(rows)
         return batch
 
-    def compute_logprobs(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> list[list[float]]:
-        """The current policy's log-probs of each row's response tokens (0.0 where the mask is 0)."""
-        batch = self._pad(rows)
-        log_probs = self.actor.infer(batch, temperature=temperature)["log_probs"]
-        return batch.unpad(log_probs * batch.response_mask)
+    def _batch(self, rows: Rows, **need: bool) -> PaddedBatch:
+        """A batch this call may change: the rows padded, or a padded batch's fields in an object of its own (the
+        caller's batch keeps its mask and ``extra``; tensors are shared, never written in place)."""
+        if not isinstance(rows, PaddedBatch):
+            return self.pad(rows, **need)
+        for name, flag in (("advantages", "need_advantages"), ("returns", "need_returns")):
+            if need.get(flag) and name not in rows.extra:
+                raise ValueError(f"the batch has no {name} (not filled in by the advantage stage?)")
+        return dataclasses.replace(rows, extra=dict(rows.extra))
 
-    def compute_ref_logprobs(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> list[list[float]]:
-        """The frozen reference model's log-probs (needs ``use_kl_loss``)."""
-        batch = self._pad(rows)
+    def log_probs(self, batch: PaddedBatch, *, temperature: float = 1.0) -> torch.Tensor:
+        """(B, R) the current policy's log-probs of the response tokens, 0.0 where the mask is 0."""
+        return self.actor.infer(batch, temperature=temperature)["log_probs"] * batch.response_mask
+
+    def critic_values(self, batch: PaddedBatch) -> torch.Tensor:
+        """(B, R) the critic's value of the state before each response token (needs ``critic=True``)."""
+        return self._require(self.critic, "critic").infer(batch)["values"]
+
+    def compute_logprobs(self, rows: Rows, *, temperature: float = 1.0) -> list[list[float]]:
+        """:meth:`log_probs`, one list per row."""
+        batch = self._batch(rows)
+        return batch.unpad(self.log_probs(batch, temperature=temperature))
+
+    def compute_ref_logprobs(self, rows: Rows, *, temperature: float = 1.0) -> list[list[float]]:
+        """The frozen reference model's log-probs (needs ``use_kl_loss``), one list per row."""
+        batch = self._batch(rows)
         return batch.unpad(
             self._require(self.ref, "use_kl_loss").infer(batch, temperature=temperature)["log_probs"]
             * batch.response_mask
         )
 
-    def kl_to_reference(self, rows: Sequence[TrainRow], *, temperature: float = 1.0) -> float:
+    def kl_to_reference(self, rows: Rows, *, temperature: float = 1.0) -> float:
         """verl's ``kl_penalty`` (``kl_loss_type``) between policy and reference, token-mean on the mask."""
         from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 
-        batch = self._pad(rows)
+        batch = self._batch(rows)
         ref = self._require(self.ref, "use_kl_loss").infer(batch, temperature=temperature)["log_probs"]
         cur = self.actor.infer(batch, temperature=temperature)["log_probs"]
         if not batch.response_mask.any():
@@ -162,16 +194,16 @@ class LocalPolicy:
         kl = kl_penalty(logprob=cur, ref_logprob=ref, kl_penalty=self.config.kl_loss_type)  # type: ignore[arg-type]
         return float(agg_loss(loss_mat=kl, loss_mask=batch.response_mask.bool(), loss_agg_mode="token-mean"))
 
-    def compute_values(self, rows: Sequence[TrainRow]) -> list[list[float]]:
-        """The critic's value of the state before each response token (needs ``critic=True``)."""
-        batch = self._pad(rows)
-        return batch.unpad(self._require(self.critic, "critic").infer(batch)["values"])
+    def compute_values(self, rows: Rows) -> list[list[float]]:
+        """:meth:`critic_values`, one list per row."""
+        batch = self._batch(rows)
+        return batch.unpad(self.critic_values(batch))
 
     # -- updates --------------------------------------------------------------------------
 
     def update(
         self,
-        rows: Sequence[TrainRow],
+        rows: Rows,
         *,
         temperature: float = 1.0,
         old_log_probs: Sequence[Sequence[float]] | None = None,
@@ -185,12 +217,13 @@ class LocalPolicy:
 
         cfg = self.config
         started = time.perf_counter()
-        batch = self._pad(rows, need_advantages=True)
+        batch = self._batch(rows, need_advantages=True)
         metrics: dict[str, float] = {}
         mask = batch.response_mask
         missing = ~batch.has_rollout_log_probs  # rows whose steps came without rollout log-probs
+        batch.extra["rollout_log_probs"] = batch.extra["rollout_log_probs"].float()  # as verl reads them
         if old_log_probs is not None:
-            old = self._pad_like(batch, old_log_probs)
+            old = batch.response_tensor(old_log_probs)
         elif cfg.bypass_mode and not missing.any():
             old = batch.extra["rollout_log_probs"].clone()
         else:
@@ -227,7 +260,7 @@ class LocalPolicy:
         metrics.update(self._perf(batch, len(steps), skipped, elapsed, "actor/"))
         return metrics
 
-    def sft_update(self, rows: Sequence[TrainRow]) -> dict[str, float]:
+    def sft_update(self, rows: Rows) -> dict[str, float]:
         """One optimizer step of supervised fine-tuning on ``rows`` with verl's ``sft_loss``: the
         negative log-likelihood of the tokens where ``response_mask`` is 1 (the actions; prompt and
         feedback tokens carry no loss), averaged over those tokens, through the same verl engine and
@@ -236,7 +269,7 @@ class LocalPolicy:
         from verl.workers.utils.losses import sft_loss
 
         started = time.perf_counter()
-        batch = self._pad(rows)
+        batch = self._batch(rows)
         if batch.num_action_tokens == 0:
             raise ValueError("the rows have no action tokens (response_mask is 0 everywhere): nothing to learn")
         out = self.actor.train(batch, partial(sft_loss, config=None), keys=[], temperature=1.0,
@@ -248,14 +281,14 @@ class LocalPolicy:
         metrics.update(self._perf(batch, 1, 0, time.perf_counter() - started, "sft/"))
         return metrics
 
-    def update_critic(self, rows: Sequence[TrainRow]) -> dict[str, float]:
+    def update_critic(self, rows: Rows) -> dict[str, float]:
         """Fit the critic to the rows' ``returns`` with verl's clipped ``value_loss``."""
         from verl.workers.utils.losses import value_loss
 
         critic = self._require(self.critic, "critic")
         started = time.perf_counter()
-        batch = self._pad(rows, need_returns=True)
-        if "values" not in batch.extra:  # rows.values (from compute_values, same weights) saves a pass
+        batch = self._batch(rows, need_returns=True)
+        if "values" not in batch.extra:  # values from critic_values (same weights) save a pass
             batch.extra["values"] = critic.infer(batch)["values"]
         loss_fn = partial(value_loss, self.critic_config)  # type: ignore[arg-type]
         steps, skipped = self._run_epochs(critic, batch, loss_fn, ["values", "returns"], temperature=1.0)
@@ -321,17 +354,6 @@ class LocalPolicy:
             f"{perf}update_s": elapsed,
             f"{perf}tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
         }
-
-    @staticmethod
-    def _pad_like(batch: PaddedBatch, values: Sequence[Sequence[float]]) -> torch.Tensor:
-        if len(values) != len(batch):
-            raise ValueError(f"{len(values)} old_log_probs rows for {len(batch)} rows")
-        out = torch.zeros_like(batch.response_mask)
-        for i, (row, n) in enumerate(zip(values, batch.response_lengths, strict=True)):
-            if len(row) != n:
-                raise ValueError(f"old_log_probs row {i} has {len(row)} entries, response {n}")
-            out[i, :n] = torch.tensor(list(row), dtype=torch.float32)
-        return out
 
     @staticmethod
     def _require(model: VerlModel | None, flag: str) -> VerlModel:

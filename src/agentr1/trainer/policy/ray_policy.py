@@ -31,8 +31,9 @@ from typing import Any
 
 import torch
 
+from agentr1.trainer.padded import PaddedBatch
+
 from ._platform import prepare_verl, resolve_device
-from .batch import PaddedBatch
 from .config import PolicyConfig, verl_actor_config
 from .local import LocalPolicy, _critic_loss_config
 from .verl_model import Role, reduce_metrics, verl_configs

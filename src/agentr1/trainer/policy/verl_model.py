@@ -21,7 +21,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from .batch import PaddedBatch
+from agentr1.trainer.padded import PaddedBatch
+
 from .config import PolicyConfig
 
 __all__ = ["Role", "VerlConfigs", "VerlModel", "reduce_metrics", "verl_configs"]
