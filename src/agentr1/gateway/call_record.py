@@ -1,6 +1,7 @@
 """The step records of one :class:`~agentr1.gateway.model_call.ModelCall` and what the session remembers of it.
 
-Used only by the call (under its session's lock); split out to keep the call's file readable."""
+Used only by the call (under its session's lock); split out to keep the call's file readable. Every step is
+built by the store's one factory, :func:`~agentr1.store.new_step`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from agentr1.core.rendering import PreviousTurn
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.errors import APIError
-from agentr1.store import FeedbackRecord, StepRecord
+from agentr1.store import Action, FeedbackRecord, SampledTokens, StepRecord, new_step
 
 if TYPE_CHECKING:
     from agentr1.gateway.model_call import Choice, ModelCall
@@ -22,62 +23,48 @@ MAX_RECENT_STEPS = 8  # the steps of a session a new call may branch from (besid
 
 def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
                 external: list[Any] | None) -> tuple[list[StepRecord], FeedbackRecord | None]:
-    """One step per choice, with the indices already set on the choices."""
-    gw, state, spec = call.gw, call.state, call.spec
+    """One step per choice, with the indices already set on the choices, and the feedback of the step the call
+    continued. ``external``: an external model's results (text only: no token ids, not trainable)."""
+    gw, state, spec, plan = call.gw, call.state, call.spec, call.plan
     sent: list[Any] = list(spec.messages_sent if spec.messages_sent is not None else spec.messages or [])
     # one list when the model saw what was sent (no context policy): the store then scans it for images once
     seen: list[Any] = sent if call.messages_seen == sent else list(call.messages_seen or [])
+    sampling = spec.sampling.as_dict()
     if external is not None:
-        return [StepRecord(
-            session_id=state.id, index=c.step, observation_ids=[], action_ids=[], action_logprobs=None,
-            messages_sent=sent, messages_seen=list(spec.messages or []), tools=call.tools,
-            sampling=_sampling(call, {"temperature": spec.sampling.temperature,
-                                      "max_new_tokens": spec.sampling.max_new_tokens}),
-            action={"content": r.message.get("content"), "tool_calls": r.message.get("tool_calls"),
-                    "reasoning": r.message.get("reasoning_content"), "message": r.message,
-                    "provider_logprobs": r.logprobs},
-            finish_reason=r.finish_reason, backend=gw.backend.name, model=r.model, trainable=False,
-            latency_ms=latency_ms,
-        ) for c, r in zip(choices, external, strict=True)], None
-    if not call.is_chat:  # text completions: token prompts, no conversation to continue
-        return [StepRecord(
-            session_id=state.id, index=c.step, observation_ids=list(call.prompts[c.prompt_index]),
-            action_ids=c.result.output_ids, action_logprobs=c.result.logprobs,
-            sampling={**spec.sampling.as_dict(), "endpoint": "completions"},
-            action={"content": c.message["content"], "tool_calls": None, "reasoning": None},
-            finish_reason=c.result.finish_reason, policy_version=c.result.policy_version, backend=gw.backend.name,
-            model=gw.backend.model_name, trainable=gw.backend.trainable, latency_ms=latency_ms,
-        ) for c in choices if c.result is not None], None
-    plan = call.plan
-    assert plan is not None
-    repeat = repeats_last_call(call)
-    call_retry_of = list(state.last_call) if repeat and call.retry_count != 0 else None
-    feedback = None
-    if call.parent_index is not None and plan.continued:
-        feedback = FeedbackRecord(state.id, call.parent_index, plan.new_messages, list(plan.new_ids))
+        sampling = {"temperature": spec.sampling.temperature, "max_new_tokens": spec.sampling.max_new_tokens}
+    if call.spec.endpoint != "chat":
+        sampling["endpoint"] = call.spec.endpoint
+    retry_of, feedback = None, None
+    if plan is not None:  # a chat call on token ids: it continued a step, or retried the last call
+        retry_of = list(state.last_call) if repeats_last_call(call) and call.retry_count != 0 else None
+        if call.parent_index is not None and plan.continued:
+            feedback = FeedbackRecord(state.id, call.parent_index, plan.new_messages, list(plan.new_ids))
     steps = []
-    prompt_ids = plan.prompt_ids  # the plan's own list (built for this call), shared with the session's memory
-    for c in choices:
-        assert c.result is not None
-        message = c.message
-        steps.append(StepRecord(
-            session_id=state.id, index=c.step, parent_index=call.parent_index,
-            observation_ids=prompt_ids, action_ids=c.result.output_ids,
-            action_logprobs=c.result.logprobs, messages_sent=sent, messages_seen=seen,
-            tools=call.tools, sampling=_sampling(call, spec.sampling.as_dict()), finish_reason=c.finish_reason,
-            policy_version=c.result.policy_version, backend=gw.backend.name, model=gw.backend.model_name,
-            trainable=gw.backend.trainable, drift=plan.drift, retry_of=call_retry_of, latency_ms=latency_ms,
-            action={"content": message.get("content"), "tool_calls": message.get("tool_calls"),
-                    "reasoning": message.get("reasoning_content"), "message": message, "prefill": plan.prefill},
-        ))
-    call.retry_of = call_retry_of
+    for k, c in enumerate(choices):
+        action, tokens, finish, model = _sampled(call, c, None if external is None else external[k])
+        steps.append(new_step(
+            state.id, c.step, action, model=model, backend=gw.backend.name, sampling=sampling, finish_reason=finish,
+            latency_ms=latency_ms, messages_sent=sent, messages_seen=seen, tools=call.tools, tokens=tokens,
+            parent_index=call.parent_index, drift=call.drift, retry_of=retry_of))
+    call.retry_of = retry_of
     return steps, feedback
 
 
-def _sampling(call: ModelCall, values: dict[str, Any]) -> dict[str, Any]:
-    """The sampling parameters stored with a step; the wire format when it is not OpenAI chat."""
-    endpoint = call.spec.endpoint
-    return values if endpoint == "chat" else {**values, "endpoint": endpoint}
+def _sampled(call: ModelCall, choice: Choice, external: Any) -> tuple[Action, SampledTokens | None, str | None, str]:
+    """(the action, its tokens, the finish reason, the model) of one choice."""
+    if external is not None:
+        return (Action.of_message(external.message, provider_logprobs=external.logprobs), None,
+                external.finish_reason, external.model)
+    result = choice.result
+    assert result is not None
+    if call.plan is None:  # a text completion: a token prompt, no conversation to continue
+        tokens = SampledTokens(list(call.prompts[choice.prompt_index]), result.output_ids, result.logprobs,
+                               result.policy_version)
+        return Action(choice.message["content"]), tokens, result.finish_reason, call.gw.backend.model_name
+    # the plan's own prompt list (built for this call), shared with the session's memory
+    tokens = SampledTokens(call.plan.prompt_ids, result.output_ids, result.logprobs, result.policy_version)
+    return (Action.of_message(choice.message, prefill=call.plan.prefill), tokens, choice.finish_reason,
+            call.gw.backend.model_name)
 
 
 def repeats_last_call(call: ModelCall) -> bool:

@@ -36,6 +36,7 @@ from agentr1.store.records import (
 )
 from agentr1.store.schema import SESSION_STATUSES
 from agentr1.store.session_writes import new_id
+from agentr1.store.step_factory import Action, ActionKind, SampledTokens, new_step
 from agentr1.store.store import TraceStore
 
 __all__ = [
@@ -43,11 +44,14 @@ __all__ = [
     "DEFAULT_DB",
     "IMAGE_REF_PREFIX",
     "SESSION_STATUSES",
+    "Action",
+    "ActionKind",
     "FeedbackRecord",
     "ImageStore",
     "NewSession",
     "RewardRecord",
     "RunRecord",
+    "SampledTokens",
     "SessionEnd",
     "SessionExists",
     "SessionNotRunning",
@@ -68,6 +72,7 @@ __all__ = [
     "image_refs",
     "inline_images",
     "new_id",
+    "new_step",
     "normalize_url",
     "session_with_images",
     "sniff_media_type",

@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from agentr1.store import SessionRecord, StepRecord, TraceStore
+from agentr1.store import Action, SessionRecord, StepRecord, TraceStore, new_step
 from agentr1.trainer.config import RUBRIC_FIELDS, JudgeConfig, check_rubric
 from agentr1.trainer.rewards import RewardError, is_trainable_step
 
@@ -212,10 +212,9 @@ class Judge:
                     "cache_key": key, "cacheable": cacheable, "called": True, "score": score, "failure": failure,
                     "remote": remote, "base_url": cfg.base_url}
         sid = self.store.create_session(run_id=self.judge_run, task_id=session.task_id, metadata=metadata)
-        self.store.append_steps([StepRecord(
-            session_id=sid, index=0, observation_ids=[], action_ids=[], messages_sent=messages,
-            messages_seen=messages, sampling={"temperature": cfg.temperature, "max_new_tokens": cfg.max_tokens},
-            action={"content": text}, finish_reason=finish, backend="judge", model=cfg.model, trainable=False,
-            latency_ms=latency_ms)])
+        self.store.append_steps([new_step(
+            sid, 0, Action(text), model=cfg.model, backend="judge", finish_reason=finish, latency_ms=latency_ms,
+            sampling={"temperature": cfg.temperature, "max_new_tokens": cfg.max_tokens}, messages_sent=messages,
+            messages_seen=messages)])
         self.store.finish_session(sid, status="failed" if failure else "finished",
                                   error=f"judge: {failure}" if failure else None)
