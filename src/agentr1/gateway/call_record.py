@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 from agentr1.core.rendering import PreviousTurn
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.wire import Choice
 from agentr1.store import Action, FeedbackRecord, SampledTokens, StepRecord, new_step
 
 if TYPE_CHECKING:
-    from agentr1.gateway.model_call import Choice, ModelCall
+    from agentr1.gateway.model_call import ModelCall
 
 __all__ = ["MAX_RECENT_STEPS", "build_steps", "persist", "remember_choices"]
 

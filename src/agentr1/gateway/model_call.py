@@ -1,15 +1,16 @@
-"""One model call, from HTTP request to stored step: the gateway's only call path.
+"""One model call, from HTTP request to stored step: the gateway's only call path, owned by one object.
 
-Every wire format (OpenAI chat and text completions, Responses, Anthropic Messages) decodes its body
-into a :class:`CallInput`; a :class:`ModelCall` does the rest and hands a :class:`CallOutcome` (or, when
-streamed, :class:`TextDelta` s and then the outcome) back to the format's encoder:
+A route hands :meth:`ModelCall.answer` its wire format (a module of :mod:`agentr1.gateway.codecs`, see
+:mod:`agentr1.gateway.wire`) and the parsed body; the call runs its whole life here, for every format:
 
-    attribute (auth, model, session) -> prepare (context policy, render or bridge, limits)
+    decode (the format: body -> :class:`~agentr1.gateway.wire.CallInput`)
+    -> attribute (auth, model, session) -> prepare (context policy, render or bridge, limits)
     -> generate (whole or streamed; token ids, or text for an external model) -> parse
-    -> record (step indices, steps, feedback; rolled back when the write fails) -> outcome
+    -> record (step indices, steps, feedback; rolled back when the write fails)
+    -> encode or stream (the format: outcome -> response body, or events -> server-sent events) -> end
 
 The call owns its session's bookkeeping. It counts itself in ``SessionState.in_flight`` from attribution
-until :meth:`ModelCall.release` (a cached session with a call in flight, streamed or not, is not evicted),
+until it ends (:meth:`ModelCall.end`; a cached session with a call in flight, streamed or not, is not evicted),
 and holds ``SessionState.lock`` while it plans its prompt against the session and while it allocates step
 indices and writes its steps, so concurrent calls of one session get distinct indices, a call never plans
 against a step whose write is still undecided, and a failed write rolls the session back cleanly.
@@ -21,10 +22,13 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+from fastapi.responses import StreamingResponse
 from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from agentr1.core.rendering import PromptPlan, RenderError
 from agentr1.gateway.auth import access_control_on, authorize_call, require_session_access
@@ -32,74 +36,25 @@ from agentr1.gateway.backends.base import (
     BackendUnavailable,
     GenerateRequest,
     GenerateResult,
-    GrammarSpec,
     SamplingParams,
 )
 from agentr1.gateway.call_record import build_steps, persist, remember_choices
 from agentr1.gateway.calls import Gateway, client_retry_count
+from agentr1.gateway.codecs.common import FastJSONResponse
 from agentr1.gateway.codecs.constraints import tool_call_grammar
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.images import prompt_images
 from agentr1.gateway.planning import plan_for_session
 from agentr1.gateway.releaser import CHAT_MARKERS, TextReleaser
 from agentr1.gateway.sessions import PARENT_SESSION_HEADER, SessionState, explicit_session
+from agentr1.gateway.tracing import step_span
+from agentr1.gateway.wire import CallInput, CallOutcome, Choice, Events, TextDelta, WireFormat
 
-__all__ = ["CallInput", "CallOutcome", "Choice", "ModelCall", "TextDelta", "check_context"]
+__all__ = ["ModelCall", "check_context"]
 
 Message = dict[str, Any]
 ID_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
-
-
-@dataclass
-class CallInput:
-    """A request in the gateway's canonical form, whatever format it arrived in."""
-
-    endpoint: str  # "chat", "completions", "responses", "messages": the wire format
-    model: str
-    sampling: SamplingParams
-    explicit_max_tokens: bool  # the client set a limit (too long for the context: 400, not clipped)
-    n: int = 1
-    messages: list[Message] | None = None  # OpenAI chat messages: a chat call
-    prompts: list[list[int]] | None = None  # token ids: a text completion (one step per prompt and sample)
-    tools: list[dict[str, Any]] | None = None  # OpenAI chat tools
-    tool_choice: Any = None
-    parallel_tool_calls: bool = False  # a forced call may be followed by more (the client asked for it)
-    grammar: GrammarSpec | None = None  # constrained decoding asked by the format (response_format, text.format)
-    messages_sent: Any = None  # the request as the agent sent it, in its own format (default: ``messages``)
-    session_hint: str | None = None  # the session of the conversation it continues, if the call names none
-    extra: dict[str, Any] = field(default_factory=dict)  # format-specific state the encoder needs back
-
-
-@dataclass
-class Choice:
-    index: int
-    message: Message  # the assistant message (chat) or {"role": "assistant", "content": text} (completions)
-    finish_reason: str  # OpenAI's: stop, length, tool_calls
-    result: GenerateResult | None = None  # what was sampled (None for an external model)
-    prompt_index: int = 0
-    step: int = -1  # the stored step's index
-    rest: str = ""  # streamed: the text not sent as deltas yet
-
-
-@dataclass
-class TextDelta:
-    """Streamed text of one choice, with the tokens sampled since the previous delta of that choice."""
-
-    choice: int
-    text: str
-    token_ids: list[int]
-    logprobs: list[float]
-    top_logprobs: list[Any] | None = None
-
-
-@dataclass
-class CallOutcome:
-    choices: list[Choice]
-    steps: list[int]
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    model: str
+Body = TypeVar("Body")
 
 
 @dataclass
@@ -129,6 +84,28 @@ class ModelCall:
         state.in_flight += 1
 
     @classmethod
+    async def answer(cls, request: Request, wire: WireFormat[Body], body: Body) -> Response:
+        """The call's whole life, for every wire format: ``wire`` decodes ``body``, the call is attributed, prepared,
+        generated and recorded, ``wire`` encodes the outcome (as JSON) or streams the events, the call ends. A
+        refused call leaves no session behind that it created; an error answer names the session when it remains."""
+        call = await cls.attribute(request, wire.decode(request.app.state.gateway, body))
+        try:
+            with step_span(request.headers, call.state.id) as span:
+                await call.prepare()
+                if call.spec.stream:
+                    response: Response = CallStream(wire.stream(call, call.events()), call)
+                    return response
+                outcome = await call.run()
+                if span is not None:
+                    span.set_attribute("agentr1.steps", ",".join(map(str, outcome.steps)))
+        except BaseException as exc:
+            if not await call.end() and isinstance(exc, APIError):
+                exc.headers = {**call.headers(), **(exc.headers or {})}
+            raise
+        await call.end()
+        return FastJSONResponse(wire.encode(call, outcome), headers=call.headers(outcome.steps))
+
+    @classmethod
     async def attribute(cls, request: Request, spec: CallInput) -> ModelCall:
         """Check access and the model, find the call's session, and open the call in it."""
         gw: Gateway = request.app.state.gateway
@@ -148,11 +125,21 @@ class ModelCall:
             state = await gw.sessions.resolve(request, path_session, spec.messages, hint=hint)
         return cls(gw, state, spec, retry_count=client_retry_count(request.headers))
 
-    def release(self) -> None:
-        """The call is over (answered, failed or abandoned): its session may be evicted again."""
+    async def end(self) -> bool:
+        """The call is over (answered, failed or abandoned): its session may be evicted again, and is discarded if
+        the call created it and no call of it stored a step
+        (:meth:`~agentr1.gateway.sessions.SessionRegistry.discard_unused`); whether it was."""
         if not self._released:
             self._released = True
             self.state.in_flight -= 1
+        return await self.gw.sessions.discard_unused(self.state)
+
+    def headers(self, steps: list[int] | None = None) -> dict[str, str]:
+        """The response headers that name the call's session (and its steps, once recorded)."""
+        headers = {"X-Agentr1-Session": self.state.id}
+        if steps is not None:
+            headers["X-Agentr1-Steps"] = ",".join(map(str, steps))
+        return headers
 
     @property
     def drift(self) -> bool:
@@ -161,6 +148,10 @@ class ModelCall:
     @property
     def is_chat(self) -> bool:
         return self.spec.messages is not None
+
+    def choice_prompts(self) -> list[list[int]]:
+        """The prompt's token ids of each choice, in choice order."""
+        return [self.prompts[job.prompt_index] for job in self.jobs]
 
     # -- prepare -------------------------------------------------------------------------------
 
@@ -217,7 +208,7 @@ class ModelCall:
         results = await asyncio.gather(*(self.gw.backend.generate(job.request) for job in self.jobs))
         return self._enforce_tool_choice(await self._record([self._choice(i, r) for i, r in enumerate(results)]))
 
-    async def events(self) -> AsyncIterator[TextDelta | CallOutcome]:
+    async def events(self) -> Events:
         """Stream the call: text deltas as they are safe to send, then the recorded outcome (whose choices
         carry in ``rest`` the text not sent yet). Errors are raised; the encoder reports them in-band."""
         if self.external:  # the provider is asked without streaming: the whole answer at once
@@ -382,6 +373,21 @@ class ModelCall:
         cached = max((int(getattr(r, "cached_tokens", 0) or 0) for r in results), default=0)
         return CallOutcome(choices, indices, sum(len(p) for p in self.prompts),
                            sum(len(r.output_ids) for r in results), cached, self.gw.backend.model_name)
+
+
+class CallStream(StreamingResponse):
+    """A streamed answer that ends its call however the stream ends (done, failed, client gone, or never
+    started because the client left first)."""
+
+    def __init__(self, content: AsyncIterator[bytes], call: ModelCall) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={**call.headers(), "Cache-Control": "no-cache"})
+        self.call = call
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.call.end()
 
 
 def check_context(gw: Gateway, prompt_len: int, sampling: SamplingParams, *, explicit: bool) -> None:

@@ -1,4 +1,4 @@
-"""Anthropic Messages (``POST /v1/messages``) over the one call path.
+"""Anthropic Messages (``POST /v1/messages``) as a :class:`~agentr1.gateway.wire.WireFormat`.
 
 Decoding: ``system`` (a string or text blocks) becomes the system message; a user turn's ``tool_result``
 blocks become tool messages (in order, before the turn's text), its text blocks the user message; an
@@ -6,24 +6,32 @@ assistant turn's text, ``tool_use`` and ``thinking`` blocks become one assistant
 tool calls and reasoning, so the next turn extends the previous prompt and the sampled ids token for token.
 The step keeps ``messages_sent`` as the agent sent it (Anthropic blocks, the system prompt first) and
 ``messages_seen`` in canonical form. Errors use Anthropic's shape (:func:`anthropic_error`).
+
+Streaming: ``message_start``, per content block ``content_block_start`` / ``_delta`` / ``_stop``, then
+``message_delta`` with the stop reason and usage, and ``message_stop``. Text goes out as it is released;
+reasoning and tool calls once the choice is parsed, from the same parse the non-streamed answer uses; the
+step is stored before ``message_delta``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agentr1.gateway.calls import Gateway
-from agentr1.gateway.codecs.common import sampling_params
+from agentr1.gateway.codecs.common import sampling_params, sse
+from agentr1.gateway.codecs.errors import failure
 from agentr1.gateway.codecs.tools import check_tools, function_tool, unanswered_result
-from agentr1.gateway.errors import APIError
-from agentr1.gateway.model_call import CallInput, CallOutcome, ModelCall
+from agentr1.gateway.errors import APIError, anthropic_error
 from agentr1.gateway.schemas import CountTokensRequest, MessagesRequest
+from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Events, TextDelta
 
-__all__ = ["content_blocks", "count_tokens", "encode_message", "message_input",
-           "stop_reason", "usage"]
+__all__ = ["count_tokens", "decode", "encode", "stream"]
 
 Message = dict[str, Any]
+
+
 def _text_blocks(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
@@ -138,7 +146,7 @@ def _tool_choice(choice: dict[str, Any] | None) -> Any:
                    param="tool_choice")
 
 
-def message_input(gw: Gateway, body: MessagesRequest) -> CallInput:
+def decode(gw: Gateway, body: MessagesRequest) -> CallInput:
     tools, tool_choice = _tools(body.tools), _tool_choice(body.tool_choice)
     check_tools(tools, tool_choice)
     messages = _canonical(body.system, body.messages, lenient=gw.settings.lenient_tool_history)
@@ -148,12 +156,12 @@ def message_input(gw: Gateway, body: MessagesRequest) -> CallInput:
     if body.system:
         sent.insert(0, {"role": "system", "content": body.system})
     return CallInput(endpoint="messages", model=body.model, sampling=sampling, explicit_max_tokens=True,
-                     messages=messages, tools=tools, tool_choice=tool_choice, messages_sent=sent,
+                     stream=body.stream, messages=messages, tools=tools, tool_choice=tool_choice, messages_sent=sent,
                      parallel_tool_calls=(body.tool_choice or {}).get("disable_parallel_tool_use") is False,
                      extra={"body": body})
 
 
-def content_blocks(message: Message) -> list[dict[str, Any]]:
+def _content_blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.get("reasoning_content"):
         blocks.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
@@ -169,7 +177,7 @@ def content_blocks(message: Message) -> list[dict[str, Any]]:
     return blocks
 
 
-def stop_reason(call: ModelCall, outcome: CallOutcome) -> tuple[str, str | None]:
+def _stop_reason(call: CallView, outcome: CallOutcome) -> tuple[str, str | None]:
     """(``stop_reason``, ``stop_sequence``) of the answer."""
     choice = outcome.choices[0]
     if choice.finish_reason == "length":
@@ -182,17 +190,78 @@ def stop_reason(call: ModelCall, outcome: CallOutcome) -> tuple[str, str | None]
     return "end_turn", None
 
 
-def usage(outcome: CallOutcome) -> dict[str, Any]:
+def _usage(outcome: CallOutcome) -> dict[str, Any]:
     return {"input_tokens": outcome.prompt_tokens, "output_tokens": outcome.completion_tokens,
             "cache_read_input_tokens": outcome.cached_tokens, "cache_creation_input_tokens": 0}
 
 
-def encode_message(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
-    reason, sequence = stop_reason(call, outcome)
+def encode(call: CallView, outcome: CallOutcome) -> dict[str, Any]:
+    reason, sequence = _stop_reason(call, outcome)
     return {"id": call.request_id, "type": "message", "role": "assistant", "model": outcome.model,
-            "content": content_blocks(outcome.choices[0].message), "stop_reason": reason, "stop_sequence": sequence,
-            "usage": usage(outcome),
+            "content": _content_blocks(outcome.choices[0].message), "stop_reason": reason, "stop_sequence": sequence,
+            "usage": _usage(outcome),
             "agentr1": {"session_id": call.state.id, "steps": outcome.steps, "drift": call.drift}}
+
+
+async def stream(call: CallView, events: Events) -> AsyncIterator[bytes]:
+    """The events of one streamed message (see the module docstring); errors in-band, as Anthropic sends them."""
+
+    def ev(kind: str, **fields: Any) -> bytes:
+        return sse({"type": kind, **fields}, event=kind)
+
+    prompt_tokens = len(call.plan.prompt_ids) if call.plan is not None else 0
+    text_open = False
+    blocks = 0
+    try:
+        yield ev("message_start", message={
+            "id": call.request_id, "type": "message", "role": "assistant", "model": call.gw.backend.model_name,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": 0, "cache_read_input_tokens": 0,
+                      "cache_creation_input_tokens": 0}})
+        async for event in events:
+            if isinstance(event, TextDelta):
+                if not text_open:
+                    yield ev("content_block_start", index=0, content_block={"type": "text", "text": ""})
+                    text_open, blocks = True, 1
+                yield ev("content_block_delta", index=0, delta={"type": "text_delta", "text": event.text})
+                continue
+            choice = event.choices[0]
+            final = _content_blocks(choice.message)
+            if text_open:
+                if choice.rest:
+                    yield ev("content_block_delta", index=0, delta={"type": "text_delta", "text": choice.rest})
+                yield ev("content_block_stop", index=0)
+            for block in final:
+                if block["type"] == "text" and text_open:
+                    continue
+                async for chunk in _block(ev, blocks, block):
+                    yield chunk
+                blocks += 1
+            reason, sequence = _stop_reason(call, event)
+            yield ev("message_delta", delta={"stop_reason": reason, "stop_sequence": sequence}, usage=_usage(event),
+                     agentr1={"session_id": call.state.id, "steps": event.steps, "drift": call.drift})
+            yield ev("message_stop")
+    except Exception as exc:  # the status line is gone: in-band, as Anthropic does
+        status, message, _code = failure(call.gw, exc)
+        yield ev("error", error=anthropic_error(status, message)["error"])
+
+
+async def _block(ev: Any, index: int, block: dict[str, Any]) -> AsyncIterator[bytes]:
+    kind = block["type"]
+    if kind == "text":
+        yield ev("content_block_start", index=index, content_block={"type": "text", "text": ""})
+        yield ev("content_block_delta", index=index, delta={"type": "text_delta", "text": block["text"]})
+    elif kind == "thinking":
+        yield ev("content_block_start", index=index, content_block={"type": "thinking", "thinking": "",
+                                                                     "signature": ""})
+        yield ev("content_block_delta", index=index, delta={"type": "thinking_delta", "thinking": block["thinking"]})
+        yield ev("content_block_delta", index=index, delta={"type": "signature_delta", "signature": ""})
+    else:
+        yield ev("content_block_start", index=index, content_block={"type": "tool_use", "id": block["id"],
+                                                                     "name": block["name"], "input": {}})
+        yield ev("content_block_delta", index=index, delta={"type": "input_json_delta",
+                                                            "partial_json": json.dumps(block["input"])})
+    yield ev("content_block_stop", index=index)
 
 
 def count_tokens(gw: Gateway, body: CountTokensRequest) -> dict[str, int]:

@@ -1,5 +1,6 @@
-"""OpenAI Chat Completions (``POST /v1/chat/completions``) over the one call path: body -> :class:`CallInput`,
-outcome -> ``chat.completion``, streamed events -> ``chat.completion.chunk`` s as the OpenAI API sends them."""
+"""OpenAI Chat Completions (``POST /v1/chat/completions``) as a :class:`~agentr1.gateway.wire.WireFormat`:
+``decode`` a validated body -> :class:`CallInput`, ``encode`` the outcome -> ``chat.completion``, ``stream`` the
+call's events -> ``chat.completion.chunk`` s as the OpenAI API sends them."""
 
 from __future__ import annotations
 
@@ -7,24 +8,21 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentr1.gateway.calls import Gateway
+from agentr1.gateway.codecs.chat_body import ChatBody
 from agentr1.gateway.codecs.common import sampling_params, sse
 from agentr1.gateway.codecs.constraints import response_format_grammar
 from agentr1.gateway.codecs.errors import stream_error
 from agentr1.gateway.codecs.tools import check_tool_results, check_tools
-from agentr1.gateway.model_call import CallInput, CallOutcome, Choice, ModelCall, TextDelta
-from agentr1.gateway.schemas import ChatCompletionRequest
+from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Choice, Events, TextDelta
 
-__all__ = ["chat_input", "encode_chat", "stream_chat", "token_logprobs"]
+__all__ = ["decode", "encode", "stream", "token_logprobs"]
 
 
-def chat_input(gw: Gateway, body: ChatCompletionRequest, messages: list[dict[str, Any]] | None = None) -> CallInput:
-    """The call of a validated body; ``messages``: its messages as dicts when the caller has them already
-    (:func:`~agentr1.gateway.codecs.chat_body.read_chat_body`)."""
+def decode(gw: Gateway, chat: ChatBody) -> CallInput:
+    """The call of a validated body (:func:`~agentr1.gateway.codecs.chat_body.read_chat_body`)."""
+    body, messages = chat
     check_tools(body.tools, body.tool_choice)
     grammar = response_format_grammar(gw.backend, body.model_extra.get("response_format") if body.model_extra else None)
-    # one serializer call for the whole list (half the CPU of one model_dump per message, the same dicts)
-    if messages is None:
-        messages = body.model_dump(include={"messages"}, exclude_none=True)["messages"]
     check_tool_results(messages, lenient=gw.settings.lenient_tool_history)
     max_tokens = body.max_completion_tokens or body.max_tokens
     top_logprobs = (body.top_logprobs or 0) if body.logprobs and gw.backend.trainable else 0
@@ -32,7 +30,8 @@ def chat_input(gw: Gateway, body: ChatCompletionRequest, messages: list[dict[str
                                top_k=body.top_k, stop=body.stop, stop_token_ids=body.stop_token_ids, seed=body.seed,
                                top_logprobs=top_logprobs)
     return CallInput(endpoint="chat", model=body.model, sampling=sampling, explicit_max_tokens=max_tokens is not None,
-                     n=body.n, messages=messages, tools=body.tools, tool_choice=body.tool_choice, grammar=grammar,
+                     n=body.n, stream=body.stream, messages=messages, tools=body.tools, tool_choice=body.tool_choice,
+                     grammar=grammar,
                      parallel_tool_calls=(body.model_extra or {}).get("parallel_tool_calls") is True,
                      extra={"logprobs": body.logprobs,
                             "include_usage": bool(body.stream_options and body.stream_options.include_usage)})
@@ -59,14 +58,14 @@ def token_logprobs(gw: Gateway, token_ids: list[int], logprobs: list[float], top
     return entries
 
 
-def _choice_logprobs(call: ModelCall, choice: Choice) -> dict[str, Any] | None:
+def _choice_logprobs(call: CallView, choice: Choice) -> dict[str, Any] | None:
     if not call.spec.extra.get("logprobs") or choice.result is None:
         return None
     r = choice.result
     return {"content": token_logprobs(call.gw, r.output_ids, r.logprobs, r.top_logprobs), "refusal": None}
 
 
-def encode_chat(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
+def encode(call: CallView, outcome: CallOutcome) -> dict[str, Any]:
     choices = [{"index": c.index, "message": {**c.message, "refusal": None}, "finish_reason": c.finish_reason,
                 "logprobs": _choice_logprobs(call, c)} for c in outcome.choices]
     agentr1: dict[str, Any] = {"session_id": call.state.id, "steps": outcome.steps, "drift": call.drift}
@@ -76,7 +75,7 @@ def encode_chat(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
             "system_fingerprint": None, "choices": choices, "usage": usage(outcome), "agentr1": agentr1}
 
 
-def _chunk(call: ModelCall, choices: list[dict[str, Any]], usage_: dict[str, Any] | None = None) -> dict[str, Any]:
+def _chunk(call: CallView, choices: list[dict[str, Any]], usage_: dict[str, Any] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"id": call.request_id, "object": "chat.completion.chunk", "created": call.created,
                             "model": call.gw.backend.model_name, "system_fingerprint": None, "choices": choices}
     if usage_ is not None:
@@ -90,7 +89,7 @@ def _tool_call_deltas(message: dict[str, Any]) -> list[dict[str, Any]]:
             for i, tc in enumerate(message.get("tool_calls") or [])]
 
 
-async def stream_chat(call: ModelCall, events: AsyncIterator[TextDelta | CallOutcome]) -> AsyncIterator[bytes]:
+async def stream(call: CallView, events: Events) -> AsyncIterator[bytes]:
     """The SSE byte chunks of one streamed chat completion with ``n`` choices; errors in-band, as OpenAI does."""
     want_logprobs = bool(call.spec.extra.get("logprobs"))
     sent: list[int] = [0] * call.spec.n  # tokens whose logprobs went out, per choice

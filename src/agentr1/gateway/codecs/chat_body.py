@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -29,10 +29,19 @@ from agentr1.gateway.limits import parse_json
 from agentr1.gateway.schemas import ChatCompletionRequest
 from agentr1.gateway.sessions import explicit_session
 
-__all__ = ["CHAT_BODY_OPENAPI", "MAX_REMEMBERED_SESSIONS", "MessagePrefixes", "read_chat_body", "validate_chat_body"]
+__all__ = ["CHAT_BODY_OPENAPI", "MAX_REMEMBERED_SESSIONS", "ChatBody", "MessagePrefixes", "read_chat_body",
+           "validate_chat_body"]
 
 MAX_REMEMBERED_SESSIONS = 2048  # the sessions whose last request is kept (least recently used go first)
 Messages = list[dict[str, Any]]
+
+
+class ChatBody(NamedTuple):
+    """A validated chat request: ``request.messages`` holds only the messages validated by this call (the tail
+    after the reused ones); ``messages`` is the whole list as dicts (``None`` fields left out)."""
+
+    request: ChatCompletionRequest
+    messages: Messages
 
 
 class MessagePrefixes:
@@ -91,9 +100,8 @@ def _invalid(exc: ValidationError, offset: int) -> RequestValidationError:
     return RequestValidationError(errors)
 
 
-async def read_chat_body(request: Request) -> tuple[ChatCompletionRequest, Messages]:
-    """The validated request and its messages as dicts (``None`` fields left out). ``body.messages`` holds only
-    the messages validated by this call (the tail after the reused ones): use the returned list."""
+async def read_chat_body(request: Request) -> ChatBody:
+    """The body of ``request``, parsed and validated (the history's prefix only once per session)."""
     data = await request.body()
     if not data:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
@@ -107,7 +115,7 @@ async def read_chat_body(request: Request) -> tuple[ChatCompletionRequest, Messa
 
 
 def validate_chat_body(raw: Any, prefixes: MessagePrefixes, key: str | None, *,
-                       lenient_tool_history: bool = False) -> tuple[ChatCompletionRequest, Messages]:
+                       lenient_tool_history: bool = False) -> ChatBody:
     """:func:`read_chat_body` after parsing: ``raw`` validated, the messages ``key``'s last request had reused."""
     context = {"lenient_tool_history": lenient_tool_history}
     messages = raw.get("messages") if isinstance(raw, dict) else None
@@ -116,7 +124,7 @@ def validate_chat_body(raw: Any, prefixes: MessagePrefixes, key: str | None, *,
             body = ChatCompletionRequest.model_validate(raw, context=context)
         except ValidationError as exc:
             raise _invalid(exc, 0) from None
-        return body, body.model_dump(include={"messages"}, exclude_none=True)["messages"]
+        return ChatBody(body, body.model_dump(include={"messages"}, exclude_none=True)["messages"])
     k, reused = prefixes.shared(key, messages)
     k = min(k, len(messages) - 1)  # at least one message is validated (min_length=1), the last one
     try:
@@ -125,7 +133,7 @@ def validate_chat_body(raw: Any, prefixes: MessagePrefixes, key: str | None, *,
         raise _invalid(exc, k) from None
     valid = [*reused[:k], *body.model_dump(include={"messages"}, exclude_none=True)["messages"]]
     prefixes.remember(key, messages, valid)
-    return body, valid
+    return ChatBody(body, valid)
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,29 +1,19 @@
-"""What the wire formats share: running a :class:`ModelCall` to an HTTP response (whole or as server-sent
-events), sampling parameters from a body, and the SSE framing."""
+"""What the wire formats share: sampling parameters from a body, JSON as the responses write it, and the SSE
+framing."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
-from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from fastapi.responses import JSONResponse
 
 from agentr1.gateway.backends.base import SamplingParams
-from agentr1.gateway.errors import APIError
-from agentr1.gateway.model_call import CallOutcome, ModelCall, TextDelta
 from agentr1.gateway.settings import GatewaySettings
-from agentr1.gateway.tracing import step_span
 from agentr1.store import has_non_finite
 
-__all__ = ["CallStream", "call_headers", "dump_json", "end_call", "respond", "sampling_params", "sse"]
-
-Encoder = Callable[[ModelCall, CallOutcome], dict[str, Any]]
-StreamEncoder = Callable[[ModelCall, AsyncIterator[TextDelta | CallOutcome]], AsyncIterator[bytes]]
+__all__ = ["FastJSONResponse", "dump_json", "sampling_params", "sse"]
 
 
 def dump_json(payload: Any) -> bytes:
@@ -65,53 +55,3 @@ def sampling_params(settings: GatewaySettings, *, max_tokens: int | None, temper
         seed=seed,
         top_logprobs=top_logprobs,
     )
-
-
-def call_headers(call: ModelCall, steps: list[int] | None = None) -> dict[str, str]:
-    headers = {"X-Agentr1-Session": call.state.id}
-    if steps is not None:
-        headers["X-Agentr1-Steps"] = ",".join(map(str, steps))
-    return headers
-
-
-class CallStream(StreamingResponse):
-    """A streamed answer that releases its call however the stream ends (done, failed, client gone, or never
-    started because the client left first)."""
-
-    def __init__(self, content: AsyncIterator[bytes], call: ModelCall) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={**call_headers(call), "Cache-Control": "no-cache"})
-        self.call = call
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await end_call(self.call)
-
-
-async def end_call(call: ModelCall) -> bool:
-    """The call is over: release it, and discard its session if the call created it and no call of it stored a
-    step (:meth:`~agentr1.gateway.sessions.SessionRegistry.discard_unused`); whether it did."""
-    call.release()
-    return await call.gw.sessions.discard_unused(call.state)
-
-
-async def respond(request: Request, call: ModelCall, encode: Encoder, stream: StreamEncoder | None) -> Response:
-    """Prepare and run ``call``; answer with ``encode(call, outcome)`` as JSON, or stream ``stream``'s events. A
-    refused call leaves no session behind that it created; an error answer names the session when it remains."""
-    try:
-        with step_span(request.headers, call.state.id) as span:
-            await call.prepare()
-            if stream is not None:
-                response: Response = CallStream(stream(call, call.events()), call)
-                return response
-            outcome = await call.run()
-            if span is not None:
-                span.set_attribute("agentr1.steps", ",".join(map(str, outcome.steps)))
-    except BaseException as exc:
-        if not await end_call(call) and isinstance(exc, APIError):
-            exc.headers = {**call_headers(call), **(exc.headers or {})}
-        raise
-    await end_call(call)
-    return FastJSONResponse(encode(call, outcome), headers=call_headers(call, outcome.steps))

@@ -1,5 +1,6 @@
-"""OpenAI legacy text completions (``POST /v1/completions``) over the one call path: a prompt as text or token
-ids, one step per prompt and sample; streamed token by token, with a usage chunk when asked.
+"""OpenAI legacy text completions (``POST /v1/completions``) as a :class:`~agentr1.gateway.wire.WireFormat`: a
+prompt as text or token ids, one step per prompt and sample; streamed token by token, with a usage chunk when
+asked.
 
 Log-probabilities (``logprobs``: the number of alternatives) come per token, with ``text_offset`` counted in the
 choice's whole text; with ``echo`` the prompt's tokens come first, with a null log-probability each (the
@@ -14,10 +15,10 @@ from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import sampling_params, sse
 from agentr1.gateway.codecs.errors import stream_error
 from agentr1.gateway.errors import APIError
-from agentr1.gateway.model_call import CallInput, CallOutcome, Choice, ModelCall, TextDelta
 from agentr1.gateway.schemas import CompletionRequest
+from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Choice, Events, TextDelta
 
-__all__ = ["completion_input", "encode_completion", "stream_completion"]
+__all__ = ["decode", "encode", "stream"]
 
 MAX_PROMPTS = 64
 
@@ -43,17 +44,18 @@ def _prompts(gw: Gateway, prompt: Any) -> list[list[int]]:
     return out
 
 
-def completion_input(gw: Gateway, body: CompletionRequest) -> CallInput:
+def decode(gw: Gateway, body: CompletionRequest) -> CallInput:
     sampling = sampling_params(gw.settings, max_tokens=body.max_tokens, temperature=body.temperature,
                                top_p=body.top_p, top_k=body.top_k, stop=body.stop, stop_token_ids=body.stop_token_ids,
                                seed=body.seed, top_logprobs=body.logprobs or 0)
     return CallInput(endpoint="completions", model=body.model, sampling=sampling,
-                     explicit_max_tokens=body.max_tokens is not None, n=body.n, prompts=_prompts(gw, body.prompt),
+                     explicit_max_tokens=body.max_tokens is not None, n=body.n, stream=body.stream,
+                     prompts=_prompts(gw, body.prompt),
                      extra={"logprobs": body.logprobs, "echo": body.echo,
                             "include_usage": bool(body.stream_options and body.stream_options.include_usage)})
 
 
-def _logprobs(call: ModelCall, token_ids: list[int], logprobs: Sequence[float | None], tops: list[Any] | None,
+def _logprobs(call: CallView, token_ids: list[int], logprobs: Sequence[float | None], tops: list[Any] | None,
               offset: int = 0) -> dict[str, Any]:
     """OpenAI's logprobs object of ``token_ids``, whose text starts at character ``offset`` of the choice's text."""
     tok = call.gw.renderer.tokenizer
@@ -69,9 +71,8 @@ def _logprobs(call: ModelCall, token_ids: list[int], logprobs: Sequence[float | 
     return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
 
 
-def _prompt_logprobs(call: ModelCall, choice: int) -> dict[str, Any]:
-    """The echoed prompt's entries of choice ``choice``: its tokens, no log-probabilities."""
-    prompt = call.prompts[call.jobs[choice].prompt_index]
+def _prompt_logprobs(call: CallView, prompt: list[int]) -> dict[str, Any]:
+    """The echoed prompt's entries: its tokens, no log-probabilities."""
     return _logprobs(call, prompt, [None] * len(prompt), None)
 
 
@@ -91,43 +92,45 @@ def _usage(outcome: CallOutcome) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": outcome.cached_tokens}}
 
 
-def _text(call: ModelCall, choice: Choice) -> str:
+def _text(call: CallView, choice: Choice, prompt: list[int]) -> str:
     prefix = ""
     if call.spec.extra.get("echo"):
-        prefix = call.gw.renderer.tokenizer.decode(call.prompts[choice.prompt_index], skip_special_tokens=False)
+        prefix = call.gw.renderer.tokenizer.decode(prompt, skip_special_tokens=False)
     return prefix + (choice.message.get("content") or "")
 
 
-def encode_completion(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
+def encode(call: CallView, outcome: CallOutcome) -> dict[str, Any]:
+    prompts = call.choice_prompts()
     choices = []
     for c in outcome.choices:
         lp = None
         if call.spec.extra.get("logprobs") is not None and c.result is not None:
-            echoed = _prompt_logprobs(call, c.index) if call.spec.extra.get("echo") else None
+            echoed = _prompt_logprobs(call, prompts[c.index]) if call.spec.extra.get("echo") else None
             lp = _logprobs(call, c.result.output_ids, c.result.logprobs, c.result.top_logprobs,
                            _end(echoed) if echoed else 0)
             lp = _joined(echoed, lp) if echoed else lp
-        choices.append({"index": c.index, "text": _text(call, c), "logprobs": lp, "finish_reason": c.finish_reason})
+        choices.append({"index": c.index, "text": _text(call, c, prompts[c.index]), "logprobs": lp, "finish_reason": c.finish_reason})
     return {"id": call.request_id, "object": "text_completion", "created": call.created, "model": outcome.model,
             "choices": choices, "usage": _usage(outcome),
             "agentr1": {"session_id": call.state.id, "steps": outcome.steps}}
 
 
-def _chunk(call: ModelCall, choices: list[dict[str, Any]]) -> dict[str, Any]:
+def _chunk(call: CallView, choices: list[dict[str, Any]]) -> dict[str, Any]:
     return {"id": call.request_id, "object": "text_completion", "created": call.created,
             "model": call.gw.backend.model_name, "choices": choices}
 
 
-async def stream_completion(call: ModelCall, events: AsyncIterator[TextDelta | CallOutcome]) -> AsyncIterator[bytes]:
+async def stream(call: CallView, events: Events) -> AsyncIterator[bytes]:
     """One event per released piece of text, then each choice's finish, a usage chunk if asked, ``[DONE]``."""
     want_logprobs = call.spec.extra.get("logprobs") is not None
-    sent = [0] * len(call.jobs)
-    offset = [0] * len(call.jobs)  # characters of each choice's text covered by the logprobs sent so far
+    prompts = call.choice_prompts()
+    sent = [0] * len(prompts)
+    offset = [0] * len(prompts)  # characters of each choice's text covered by the logprobs sent so far
     try:
-        if call.spec.extra.get("echo") and call.prompts:
-            for i, job in enumerate(call.jobs):
-                prompt = call.gw.renderer.tokenizer.decode(call.prompts[job.prompt_index], skip_special_tokens=False)
-                lp = _prompt_logprobs(call, i) if want_logprobs else None
+        if call.spec.extra.get("echo"):
+            for i, ids in enumerate(prompts):
+                prompt = call.gw.renderer.tokenizer.decode(ids, skip_special_tokens=False)
+                lp = _prompt_logprobs(call, ids) if want_logprobs else None
                 offset[i] = _end(lp) if lp else 0
                 yield sse(_chunk(call, [{"index": i, "text": prompt, "logprobs": lp, "finish_reason": None}]))
         async for event in events:

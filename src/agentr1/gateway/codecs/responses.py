@@ -1,4 +1,4 @@
-"""OpenAI Responses (``POST /v1/responses``) over the one call path.
+"""OpenAI Responses (``POST /v1/responses``) as a :class:`~agentr1.gateway.wire.WireFormat`.
 
 Decoding turns ``instructions`` + ``input`` (a string, or items: messages, ``function_call``,
 ``function_call_output``, ``reasoning``) into the canonical chat messages the model sees; with
@@ -7,23 +7,31 @@ them) comes first. An assistant turn arrives as several items (reasoning, a mess
 are joined back into the one assistant message the model produced, so the next turn extends the previous
 prompt and the sampled ids token for token. The step keeps ``messages_sent`` as the agent sent it (the
 Responses body) and ``messages_seen`` in canonical form.
+
+Streaming: ``response.created``, ``response.in_progress``, output items with their content parts, text and
+function-call argument deltas, then ``response.completed`` (or ``.incomplete``) with usage. Text goes out as it
+is released; reasoning and tool calls once the choice is parsed, from the same parse the non-streamed answer
+uses; the final event carries the answer the non-streamed route returns, and the step is stored before it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agentr1.gateway.calls import Gateway
-from agentr1.gateway.codecs.common import sampling_params
+from agentr1.gateway.codecs.common import sampling_params, sse
 from agentr1.gateway.codecs.constraints import response_format_grammar
+from agentr1.gateway.codecs.errors import failure
 from agentr1.gateway.codecs.tools import check_tools, function_tool, unanswered_result
 from agentr1.gateway.errors import APIError
-from agentr1.gateway.model_call import CallInput, CallOutcome, ModelCall
 from agentr1.gateway.schemas import ResponsesRequest
+from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Events, TextDelta
 
-__all__ = ["ResponseLog", "encode_response", "response_input", "response_items", "response_object"]
+__all__ = ["ResponseLog", "decode", "encode", "response_log", "stream"]
 
 Message = dict[str, Any]
 MAX_KEPT_RESPONSES = 10_000
@@ -183,7 +191,7 @@ def _tool_choice(choice: Any) -> Any:
     return choice
 
 
-def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
+def decode(gw: Gateway, body: ResponsesRequest) -> CallInput:
     tools, tool_choice = _tools(body), _tool_choice(body.tool_choice)
     check_tools(tools, tool_choice)
     grammar = response_format_grammar(gw.backend, (body.text or {}).get("format"), param="text.format")
@@ -210,13 +218,13 @@ def response_input(gw: Gateway, body: ResponsesRequest) -> CallInput:
     if body.instructions:
         sent.insert(0, {"type": "instructions", "role": "system", "content": body.instructions})
     return CallInput(endpoint="responses", model=body.model, sampling=sampling,
-                     explicit_max_tokens=body.max_output_tokens is not None, messages=messages, tools=tools,
+                     explicit_max_tokens=body.max_output_tokens is not None, stream=body.stream, messages=messages, tools=tools,
                      tool_choice=tool_choice, grammar=grammar, messages_sent=sent, session_hint=previous_session,
                      parallel_tool_calls=body.parallel_tool_calls and "parallel_tool_calls" in body.model_fields_set,
                      extra={"body": body})
 
 
-def response_items(call: ModelCall, message: Message, *, status: str = "completed") -> list[dict[str, Any]]:
+def _output_items(call: CallView, message: Message, *, status: str = "completed") -> list[dict[str, Any]]:
     """The output items of one assistant message: reasoning, the message, function calls."""
     items: list[dict[str, Any]] = []
     suffix = call.request_id.split("_", 1)[-1][:24]
@@ -233,7 +241,7 @@ def response_items(call: ModelCall, message: Message, *, status: str = "complete
     return items
 
 
-def response_object(call: ModelCall, *, status: str, output: list[dict[str, Any]],
+def _response_object(call: CallView, *, status: str, output: list[dict[str, Any]],
                     outcome: CallOutcome | None = None) -> dict[str, Any]:
     body: ResponsesRequest = call.spec.extra["body"]
     incomplete = None
@@ -260,16 +268,94 @@ def response_object(call: ModelCall, *, status: str, output: list[dict[str, Any]
     return response
 
 
-def finish_response(call: ModelCall, outcome: CallOutcome, output: list[dict[str, Any]]) -> dict[str, Any]:
+def _finish_response(call: CallView, outcome: CallOutcome, output: list[dict[str, Any]]) -> dict[str, Any]:
     """The final response object; kept for ``previous_response_id`` when the request asked to store it."""
-    response = response_object(call, status="completed", output=output, outcome=outcome)
+    response = _response_object(call, status="completed", output=output, outcome=outcome)
     if call.spec.extra["body"].store and outcome.choices:
         conversation = list(call.spec.messages or [])[1 if call.spec.extra["body"].instructions else 0:]
         response_log(call.gw).keep(call.state.id, [*conversation, outcome.choices[0].message], response)
     return response
 
 
-def encode_response(call: ModelCall, outcome: CallOutcome) -> dict[str, Any]:
-    return finish_response(call, outcome, response_items(call, outcome.choices[0].message))
+def encode(call: CallView, outcome: CallOutcome) -> dict[str, Any]:
+    return _finish_response(call, outcome, _output_items(call, outcome.choices[0].message))
 
 
+async def stream(call: CallView, events: Events) -> AsyncIterator[bytes]:
+    """The events of one streamed response (see the module docstring); errors in-band, as OpenAI sends them."""
+    seq = itertools.count()
+
+    def ev(kind: str, **fields: Any) -> bytes:
+        return sse({"type": kind, "sequence_number": next(seq), **fields}, event=kind)
+
+    output: list[dict[str, Any]] = []
+    message_item: dict[str, Any] | None = None
+    try:
+        yield ev("response.created", response=_response_object(call, status="in_progress", output=[]))
+        yield ev("response.in_progress", response=_response_object(call, status="in_progress", output=[]))
+        async for event in events:
+            if isinstance(event, TextDelta):
+                if message_item is None:
+                    message_item = _output_items(call, {"content": " "}, status="in_progress")[0]
+                    message_item["content"] = []
+                    yield ev("response.output_item.added", output_index=len(output), item=message_item)
+                    output.append(message_item)
+                    yield ev("response.content_part.added", item_id=message_item["id"], output_index=0,
+                             content_index=0, part={"type": "output_text", "text": "", "annotations": []})
+                yield ev("response.output_text.delta", item_id=message_item["id"], output_index=0, content_index=0,
+                         delta=event.text, logprobs=[])
+                continue
+            choice = event.choices[0]
+            final = _output_items(call, choice.message)
+            streamed = None
+            if message_item is not None:  # the message item is open: close it (empty if the parse left no text)
+                streamed = next((it for it in final if it["type"] == "message"), None) or {
+                    **message_item, "status": "completed",
+                    "content": [{"type": "output_text", "text": "", "annotations": [], "logprobs": []}]}
+            for item in ([streamed] if streamed else []) + [it for it in final if it is not streamed]:
+                index = output.index(message_item) if item is streamed and message_item else len(output)
+                if item is not streamed:
+                    opened = {**item, "status": "in_progress"}
+                    if item["type"] == "message":
+                        opened["content"] = []
+                    elif item["type"] == "function_call":
+                        opened["arguments"] = ""
+                    yield ev("response.output_item.added", output_index=index, item=opened)
+                    output.append(item)
+                else:
+                    output[index] = item
+                async for chunk in _item_body(ev, item, index, choice.rest if item is streamed else None):
+                    yield chunk
+            response = _finish_response(call, event, output)
+            yield ev("response.completed" if response["status"] == "completed" else "response.incomplete",
+                     response=response)
+    except Exception as exc:  # the status line is gone: in-band, as OpenAI does
+        status, message, code = failure(call.gw, exc)
+        yield ev("error", code=code or ("server_error" if status >= 500 else "invalid_request"), message=message,
+                 param=None)
+        failed = _response_object(call, status="failed", output=output)
+        failed["error"] = {"code": code or "server_error", "message": message}
+        yield ev("response.failed", response=failed)
+
+
+async def _item_body(ev: Any, item: dict[str, Any], index: int, rest: str | None) -> AsyncIterator[bytes]:
+    """The events that fill and close one output item (``rest``: a streamed message's unsent text)."""
+    if item["type"] == "message":
+        text = item["content"][0]["text"]
+        if rest is None:
+            yield ev("response.content_part.added", item_id=item["id"], output_index=index, content_index=0,
+                     part={"type": "output_text", "text": "", "annotations": []})
+            rest = text
+        if rest:
+            yield ev("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
+                     delta=rest, logprobs=[])
+        yield ev("response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text,
+                 logprobs=[])
+        yield ev("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                 part=item["content"][0])
+    elif item["type"] == "function_call":
+        yield ev("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                 delta=item["arguments"])
+        yield ev("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                 arguments=item["arguments"], name=item["name"])
+    yield ev("response.output_item.done", output_index=index, item=item)

@@ -6,9 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from agentr1.gateway.codecs.anthropic import count_tokens, encode_message, message_input
-from agentr1.gateway.codecs.common import respond
-from agentr1.gateway.codecs.streams import stream_message
+from agentr1.gateway.codecs import anthropic
 from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
 from agentr1.gateway.schemas import CountTokensRequest, MessagesRequest
@@ -18,10 +16,9 @@ router = APIRouter(route_class=BoundedRoute)
 
 @router.post("/messages")
 async def create_message(body: MessagesRequest, request: Request) -> Response:
-    call = await ModelCall.attribute(request, message_input(request.app.state.gateway, body))
-    return await respond(request, call, encode_message, stream_message if body.stream else None)
+    return await ModelCall.answer(request, anthropic, body)
 
 
 @router.post("/messages/count_tokens")
 async def count_message_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
-    return count_tokens(request.app.state.gateway, body)
+    return anthropic.count_tokens(request.app.state.gateway, body)

@@ -9,10 +9,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from agentr1.gateway.calls import Gateway
-from agentr1.gateway.codecs.chat import chat_input, encode_chat, stream_chat
+from agentr1.gateway.codecs import chat
+from agentr1.gateway.codecs import completions as text_completion
 from agentr1.gateway.codecs.chat_body import CHAT_BODY_OPENAPI, read_chat_body
-from agentr1.gateway.codecs.common import respond
-from agentr1.gateway.codecs.completions import completion_input, encode_completion, stream_completion
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
@@ -48,15 +47,13 @@ async def get_model(model: str, request: Request) -> dict[str, Any]:
 
 @router.post("/chat/completions", openapi_extra=CHAT_BODY_OPENAPI)
 async def chat_completions(request: Request) -> Response:
-    body, messages = await read_chat_body(request)  # parsed and validated here: the history's prefix only once
-    call = await ModelCall.attribute(request, chat_input(_gateway(request), body, messages))
-    return await respond(request, call, encode_chat, stream_chat if body.stream else None)
+    # the body is read here (not by FastAPI): parsed and validated, the history's prefix only once per session
+    return await ModelCall.answer(request, chat, await read_chat_body(request))
 
 
 @router.post("/completions")
 async def completions(body: CompletionRequest, request: Request) -> Response:
-    call = await ModelCall.attribute(request, completion_input(_gateway(request), body))
-    return await respond(request, call, encode_completion, stream_completion if body.stream else None)
+    return await ModelCall.answer(request, text_completion, body)
 
 
 # The other wire formats agents speak, at the same prefixes (/v1 and /sessions/{session_id}/v1).

@@ -9,9 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from agentr1.gateway.auth import require_session_access
-from agentr1.gateway.codecs.common import respond
-from agentr1.gateway.codecs.responses import encode_response, response_input, response_log
-from agentr1.gateway.codecs.streams import stream_response
+from agentr1.gateway.codecs import responses
 from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
 from agentr1.gateway.schemas import ResponsesRequest
@@ -21,12 +19,11 @@ router = APIRouter(route_class=BoundedRoute)
 
 @router.post("/responses")
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
-    call = await ModelCall.attribute(request, response_input(request.app.state.gateway, body))
-    return await respond(request, call, encode_response, stream_response if body.stream else None)
+    return await ModelCall.answer(request, responses, body)
 
 
 @router.get("/responses/{response_id}")
 async def get_response(response_id: str, request: Request) -> dict[str, Any]:
-    session_id, _, response = response_log(request.app.state.gateway).get(response_id, param="response_id")
+    session_id, _, response = responses.response_log(request.app.state.gateway).get(response_id, param="response_id")
     await require_session_access(request, session_id)
     return response
