@@ -42,10 +42,19 @@ def _run(config: JobConfig) -> dict[str, float]:
         trainer.close()
 
 
+def _as_written_before_the_policy_rename(checkpoint: Path) -> None:
+    """A checkpoint in the layout written before 2026-12-05 (a45b2bb): the policy's state in engine/."""
+    (checkpoint / "policy").rename(checkpoint / "engine")
+    (checkpoint / "engine" / "policy_state.json").rename(checkpoint / "engine" / "engine_state.json")
+
+
 @pytest.mark.timeout(900)
-def test_two_steps_update_weights_record_versions_and_resume(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("layout", ["policy", "engine"])
+def test_two_steps_update_weights_record_versions_and_resume(tmp_path, tiny_model_path, layout):
     final = _run(_config(tmp_path, tiny_model_path, steps=1))
     assert final["policy_version"] == 1.0 and final["actor/optimizer_steps"] >= 1
+    if layout == "engine":
+        _as_written_before_the_policy_rename(tmp_path / "out" / "checkpoints" / "step_1")
     # resume: the second run continues at step 2 from the step-1 checkpoint
     final = _run(_config(tmp_path, tiny_model_path, steps=2))
     assert final["policy_version"] == 2.0
@@ -142,3 +151,10 @@ def test_the_steps_report_what_the_embedded_engine_did(tmp_path, tiny_model_path
         assert h["engine/prefill_tokens"] > 0 and h["engine/decode_steps"] > 0
         assert h["engine/forward_passes"] >= h["engine/decode_steps"]
         assert 0 < h["engine/busy_s"] and 0 < h["engine/busy_share"] < 1
+
+
+def test_the_renamed_trainer_engine_key_names_its_new_name(tmp_path, tiny_model_path):
+    config = _config(tmp_path, tiny_model_path, steps=1).model_dump()
+    config["trainer"]["engine"] = "local"
+    with pytest.raises(ValueError, match="renamed trainer.policy"):
+        JobConfig.model_validate(config)

@@ -432,6 +432,13 @@ class TrainerSection(TrackingOptions):
     nnodes: int = Field(1, ge=1)
     ray_address: str | None = None  # policy ray: a running cluster ("auto" after `ray start`); None: start one here
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_was_renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "engine" in data:
+            raise ValueError("trainer.engine was renamed trainer.policy (local | ray) on 2026-12-05: rename the key")
+        return data
+
 
 class JobConfig(_Strict):
     run_name: str = "agentr1"

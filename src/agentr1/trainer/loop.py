@@ -67,7 +67,8 @@ class Trainer:
                                    else self.store.images)
         serve_from = self.model_path
         if resume is not None:
-            self.policy.load_checkpoint(resume / "policy")
+            # checkpoints written before 2026-12-05 (a45b2bb) keep the policy's state in engine/
+            self.policy.load_checkpoint(resume / "policy" if (resume / "policy").is_dir() else resume / "engine")
             serve_from = resume / "hf"
             log.info("resuming %s from %s (step %d)", self.state.run_id, resume, self.state.step)
             # rollouts the interruption cut short stay running: mark them (they are never trained on)

@@ -58,6 +58,7 @@ Rows = Sequence[TrainRow] | PaddedBatch  # what the policy's methods take: rows,
 log = logging.getLogger(__name__)
 
 STATE_FILE = "policy_state.json"  # in a checkpoint's policy/ folder: versions and settings
+OLD_STATE_FILE = "engine_state.json"  # its name in checkpoints written before 2026-12-05 (a45b2bb)
 
 
 def _critic_loss_config(config: PolicyConfig) -> Any:
@@ -403,7 +404,10 @@ class LocalPolicy:
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         root = Path(path)
-        state = json.loads((root / STATE_FILE).read_text())
+        state_file = root / STATE_FILE
+        if not state_file.is_file() and (root / OLD_STATE_FILE).is_file():
+            state_file = root / OLD_STATE_FILE
+        state = json.loads(state_file.read_text())
         self.actor.load_checkpoint(root / "actor")
         if self.critic is not None and (root / "critic").is_dir():
             self.critic.load_checkpoint(root / "critic")
