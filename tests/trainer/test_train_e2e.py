@@ -156,5 +156,5 @@ def test_the_steps_report_what_the_embedded_engine_did(tmp_path, tiny_model_path
 def test_the_renamed_trainer_engine_key_names_its_new_name(tmp_path, tiny_model_path):
     config = _config(tmp_path, tiny_model_path, steps=1).model_dump()
     config["trainer"]["engine"] = "local"
-    with pytest.raises(ValueError, match="renamed trainer.policy"):
+    with pytest.raises(ValueError, match=r"renamed trainer\.policy"):
         JobConfig.model_validate(config)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 import torch
 
+from agentr1.core import resolve_model
 from agentr1.trainer.padded import PaddedBatch
 from agentr1.trainer.rows import TrainRow
 
@@ -158,7 +159,6 @@ class Distiller:
 
 def build_distiller(cfg: JobConfig, student_path: Path, policy: LocalPolicy) -> Distiller:
     """The distiller ``algorithm.distill`` describes, after checking the shared tokenizer."""
-    from agentr1.core import resolve_model
 
     spec = cfg.algorithm.distill
     assert spec is not None

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agentr1.core import resolve_model
 from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.sdk import configure
 from agentr1.store import SessionRecord, TraceStore
@@ -104,7 +105,6 @@ def _final_reply(session: SessionRecord) -> str | None:
 def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str) -> tuple[Any, GatewaySettings]:
     """The checkpoint on the embedded engine, with the job's engine options (``rollout.engine_dtype``, ...): an
     evaluation is served as the job's rollouts are, whichever backend the job trains with."""
-    from agentr1.core import resolve_model
     from agentr1.trainer.serving import gateway_settings
 
     model = resolve_model(checkpoint or job.actor_rollout_ref.model)

@@ -160,6 +160,7 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
     backend = None
     shards = 1
     if local:
+        # lazy: the embedded engine's torch stack, only for a local backend
         from agentr1.gateway.backends import local_backend
 
         separate = engine_in_process(settings.device) if engine_process is None else engine_process

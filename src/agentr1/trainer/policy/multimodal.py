@@ -45,6 +45,7 @@ class RowImageInputs:
     """Per-row ``multi_modal_inputs`` for a vision-language model directory (None for a text model)."""
 
     def __init__(self, model_path: str | os.PathLike[str], read_image: Callable[[str], bytes] | None = None) -> None:
+        # lazy: rendering loads the tokenizers' stack, only when this runs
         from agentr1.core.rendering import ImagePolicy, load_vision_renderer
 
         # the gateway checked these images when they arrived; a session may hold many of them
@@ -64,6 +65,7 @@ class RowImageInputs:
         return self.read_image(sha256)
 
     def row_inputs(self, index: int, row: TrainRow) -> dict[str, Any] | None:
+        # lazy: rendering loads the tokenizers' stack, only when this runs
         from agentr1.core.rendering import IMAGE_REF_PREFIX, MultimodalInputs, RenderError
 
         expected = row.prompt_ids.count(self.image_token_id) + row.response_ids.count(self.image_token_id)

@@ -60,6 +60,7 @@ def _text_message(step: StepRecord) -> dict[str, Any]:
 
 def render_text_steps(session: SessionRecord, renderer: Any, counts: Counter[str]) -> tuple[SessionRecord, set[int]]:
     """``session`` with its text-only steps given the policy's ids; returns the indices rendered."""
+    # lazy: rendering loads the tokenizers' stack, only when this runs
     from agentr1.core.rendering import RenderError, assistant_turn_ids
 
     rendered: set[int] = set()

@@ -52,6 +52,7 @@ def replay_demonstrations(demos: Iterable[Demonstration], *, model: str | os.Pat
                           max_tokens: int = 2048) -> ReplayReport:
     """Replay ``demos`` through a gateway rendering for ``model`` (its template and tokenizer; no
     weights are loaded); the sessions land in run ``run_id`` of the store at ``db``."""
+    # lazy: the replay's gateway, store and renderer load only when replaying (agentr1 sft imports this package)
     from agentr1.core import resolve_model
     from agentr1.core.rendering import load_renderer
     from agentr1.gateway import EmbeddedGateway, GatewaySettings
@@ -80,6 +81,7 @@ async def _replay_all(demos: Iterable[Demonstration], backend: Any, report: Repl
 
 
 async def _replay_one(demo: Demonstration, backend: Any, report: ReplayReport, max_tokens: int) -> None:
+    # lazy, as above
     from agentr1.envs import AgentEnvLoop
     from agentr1.sdk import async_openai_client, session
 
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import yaml
 
-    from agentr1.core import load_callable
+    from agentr1.core import load_callable  # lazy, as above
 
     parser = argparse.ArgumentParser(prog="python -m agentr1.trainer.sft.replay", description=main.__doc__)
     parser.add_argument("demos", help="module:function returning a list of Demonstration")

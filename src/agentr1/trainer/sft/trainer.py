@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentr1.core import resolve_model
 from agentr1.store import TraceStore
 from agentr1.trainer.checkpoints import TrainerState, save_checkpoint
 from agentr1.trainer.sft.config import SFTConfig
@@ -40,7 +41,6 @@ class SFTTrainer:
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from agentr1.core import resolve_model
         from agentr1.trainer.policy import LocalPolicy
 
         cfg = self.config
@@ -51,6 +51,7 @@ class SFTTrainer:
             selection = select_demonstrations(store, cfg.data)
         renderer = None
         if cfg.data.text_steps == "render":
+            # lazy: rendering loads the tokenizers' stack, only when this runs
             from agentr1.core.rendering import load_renderer
 
             renderer = load_renderer(self.model_path)
