@@ -3,6 +3,7 @@ measured on this machine with real busy processes and real threads."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from agentr1.engine.cpu_threads import (
     CpuThreads,
     _name_this_thread,
     _team_cpu_s,
+    busy_ticks,
     threads_for,
     usable_cores,
 )
@@ -103,3 +105,31 @@ def test_busy_processes_on_every_core_leave_the_engine_one_thread() -> None:
             process.kill()
             process.wait()
     assert chosen == [1]
+
+
+STAT = """cpu  400 300 200 1000 50 0 0 0 0 0
+cpu0 100 200 50 500 25 0 0 0 0 0
+cpu1 300 100 150 500 25 0 0 0 0 0
+intr 1 2 3
+"""
+
+
+def test_busy_ticks_read_the_cores_given_and_niced_time_only_when_asked() -> None:
+    assert busy_ticks(STAT, {0, 1}) == 900  # user + nice + system, idle and iowait left out
+    assert busy_ticks(STAT, {0}) == 350
+    assert busy_ticks(STAT, {0, 1}, count_nice=False) == 600
+
+
+@linux_only
+def test_niced_work_counts_only_for_a_niced_engine() -> None:
+    """An engine at normal priority leaves niced processes' time out of "other work" (their cores are its for the
+    asking); an engine run under ``nice`` counts it, since it competes with that work on equal terms."""
+    probe = ("from agentr1.engine.cpu_threads import CpuThreads; import os; "
+             "print(os.getpriority(os.PRIO_PROCESS, 0), CpuThreads()._above_niced_work)")
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    niced = subprocess.run(["nice", "-n", "5", sys.executable, "-c", probe], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert niced == [str(base + 5), "False"]
+    if base <= 0:
+        plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+        assert plain.split() == [str(base), "True"]

@@ -9,7 +9,9 @@ on a quiet machine the engine keeps every core.
 
 What counts as other work: everything the machine's cores ran (``/proc/stat``, the cores this process may use)
 minus the engine's own threads (the worker and the OpenMP threads it starts, which inherit its name:
-``/proc/self/task``). So the gateway's event loop and the agents in this process count as other work too.
+``/proc/self/task``). So the gateway's event loop and the agents in this process count as other work too. Niced
+processes (a background build, a ``nice`` test run) do not, unless the engine is niced itself: the scheduler gives
+an engine at normal priority the core anyway.
 Where ``/proc`` is missing (macOS), the engine keeps torch's default.
 """
 
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CpuThreads", "threads_for", "usable_cores"]
+__all__ = ["CpuThreads", "busy_ticks", "threads_for", "usable_cores"]
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +54,36 @@ def threads_for(cores: int, others_busy: float) -> int:
     return max(1, min(cores, math.floor(free + 0.5)))
 
 
-def _machine_busy_s(cpus: set[int]) -> float | None:
-    """CPU seconds the cores ``cpus`` have spent not idle since boot (``/proc/stat``); None without it."""
-    try:
-        lines = Path("/proc/stat").read_text().splitlines()
-    except OSError:
-        return None
+def busy_ticks(proc_stat: str, cpus: set[int], *, count_nice: bool = True) -> int:
+    """Clock ticks the cores ``cpus`` have spent not idle since boot, from the text of ``/proc/stat``; without
+    ``count_nice``, time of niced processes (positive nice values) counts as idle."""
     busy = 0
-    for line in lines[1:]:
+    for line in proc_stat.splitlines()[1:]:
         if not line.startswith("cpu"):
             break
         name, *fields = line.split()
         if int(name[3:]) in cpus:
             values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
-            busy += sum(values) - values[3] - values[4]
-    return busy / _TICKS
+            busy += sum(values) - values[3] - values[4] - (0 if count_nice else values[1])
+    return busy
+
+
+def _runs_at_normal_priority() -> bool:
+    """Whether this process's nice value is 0 or below: then niced work yields it the CPU (a nice-15 process gets
+    ~3% of a core it shares with it) and does not count as other work."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0) <= 0
+    except (AttributeError, OSError):
+        return False
+
+
+def _machine_busy_s(cpus: set[int], *, count_nice: bool = True) -> float | None:
+    """CPU seconds the cores ``cpus`` have spent not idle since boot (``/proc/stat``); None without it."""
+    try:
+        text = Path("/proc/stat").read_text()
+    except OSError:
+        return None
+    return busy_ticks(text, cpus, count_nice=count_nice) / _TICKS
 
 
 def _team_cpu_s(name: str) -> float:
@@ -113,6 +130,7 @@ class CpuThreads:
         self.threads = fixed or torch.get_num_threads()
         self._cpus: set[int] = set()
         self._last: _Sample | None = None
+        self._above_niced_work = _runs_at_normal_priority()
 
     def start(self) -> None:
         """Name the worker thread (before its first parallel region starts OpenMP threads) and choose."""
@@ -132,7 +150,7 @@ class CpuThreads:
         self.adjust(force=True)
 
     def _sample(self) -> _Sample | None:
-        machine = _machine_busy_s(self._cpus)
+        machine = _machine_busy_s(self._cpus, count_nice=not self._above_niced_work)
         if machine is None:
             return None
         return _Sample(time.monotonic(), machine, _team_cpu_s(ENGINE_THREAD_NAME.decode()))
