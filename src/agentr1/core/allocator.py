@@ -1,16 +1,16 @@
-"""glibc malloc settings for a training or serving process: keep freed memory for reuse.
+"""glibc malloc settings for a training or serving process: keep freed heap memory for reuse.
 
-A CPU training step allocates and frees the same large tensors (activations, gradients, logits) over and over.
-With glibc's defaults, a block above the mmap threshold (dynamic: 128 KiB rising to 4 MiB in the demo's stages) is a fresh mapping
-that the kernel zero-fills page by page on first touch and unmaps when it is freed, and free heap memory above the
-trim threshold (128 KiB) goes back to the kernel, to be faulted in again on the next step. That is system time:
-the laptop demo spent 113 s of it against 431 s of user time (issue 41; docs/benchmarks.md, "System time").
+A CPU training step allocates and frees the same tensors over and over. glibc gives the free memory at the top of
+its heap back to the kernel as soon as it exceeds the trim threshold (128 KiB while the mmap threshold is fixed, as
+the trainer and the demo fix it), and the next step faults it in again page by page, zero-filled: system time (the
+laptop demo spent 113 s of it against 431 s of user time; issue 41, docs/benchmarks.md "System time").
 
-:func:`keep_freed_memory` raises the mmap threshold, the trim threshold and the top pad so that large blocks come from
-the heap and freed memory stays in the process, both in this process (``mallopt``) and, through
-glibc's ``MALLOC_*_`` environment variables, in every child it starts (the engine process, agent workers,
-evaluation stages). Settings the user already put in the environment win. Set ``AGENTR1_MALLOC=default`` to keep
-glibc's defaults. No-op where the C library is not glibc.
+:func:`keep_freed_memory` raises the trim threshold and the top pad, in this process (``mallopt``) and, through
+glibc's ``MALLOC_*_`` environment variables, in every child it starts (the engine process, agent workers, the
+demo's stages). It leaves the mmap threshold alone: which blocks come from the heap stays the trainer's choice
+(``agentr1.trainer.policy.memory`` pins it at 128 KiB: a dynamic threshold let the heap fragment to 19 GB) or the
+caller's. A variable the user already set wins; ``AGENTR1_MALLOC=default`` keeps glibc's defaults. No-op where the C
+library is not glibc.
 """
 
 from __future__ import annotations
@@ -23,24 +23,23 @@ import platform
 __all__ = ["MALLOC_SETTINGS", "keep_freed_memory"]
 
 # mallopt's parameter numbers (malloc.h) and the environment variable glibc reads for each at start-up
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_M_TRIM_THRESHOLD, _M_TOP_PAD = -1, -2
 MALLOC_SETTINGS: dict[str, tuple[int, int]] = {
     "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, 1 << 30),  # give memory back only above 1 GiB free at the top
-    "MALLOC_TOP_PAD_": (_M_TOP_PAD, 256 << 20),  # grow the heap 256 MiB at a time
-    "MALLOC_MMAP_THRESHOLD_": (_M_MMAP_THRESHOLD, 1 << 30),  # blocks up to 1 GiB from the heap
+    "MALLOC_TOP_PAD_": (_M_TOP_PAD, 64 << 20),  # grow the heap 64 MiB at a time
 }
 
 
 def keep_freed_memory() -> dict[str, int]:
     """Apply :data:`MALLOC_SETTINGS` to this process and its future children; returns the settings applied
-    (empty where it did nothing: not glibc, ``AGENTR1_MALLOC=default``, or the user's own ``MALLOC_*_`` values)."""
+    (empty where it did nothing: not glibc, ``AGENTR1_MALLOC=default``; without a variable the user set)."""
     if os.environ.get("AGENTR1_MALLOC", "").lower() == "default" or platform.libc_ver()[0] != "glibc":
         return {}
-    if any(name in os.environ for name in MALLOC_SETTINGS):
-        return {}  # the user chose; glibc already read them at start-up
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     applied = {}
     for name, (param, value) in MALLOC_SETTINGS.items():
+        if name in os.environ:
+            continue  # the user chose; glibc read it at start-up
         if libc.mallopt(ctypes.c_int(param), ctypes.c_int(value)) == 1:
             os.environ[name] = str(value)
             applied[name] = value
