@@ -13,7 +13,7 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 The RL stage runs in bfloat16 where the CPU multiplies it in hardware (``rollout.engine_dtype`` and
 ``actor.param_dtype`` in demo.yaml; on a CPU without AVX-512 BF16 or AMX the driver passes float32 instead,
 :func:`cpu_has_bfloat16_matmuls`). It trains on ``make_demo_tasks`` with the outcome alone as the reward (held-out
-chains sampled under per-chain seeds, each call of an episode under its own), 3 chains x 8 samples a step for 3 steps
+chains sampled under per-chain seeds, each call of an episode under its own), 3 chains x 8 samples a step for 8 steps
 at lr 2e-5 in mini-batches of 2, learning only from the samples that beat their group
 (``algorithm.advantage_floor: 0``). The stages run with glibc's mmap threshold at 4 MiB (:func:`_stage_env`).
 Held-out chains are evaluated before and after under the evaluation protocol (docs/evaluation.md): greedily, and one
@@ -24,7 +24,7 @@ demonstration chain by construction, ``tasks.py``), tool calls per episode and e
 the traces (``scripts/gpu/episode_stats.py``), where the curves, traces and checkpoint are, and the ``agentr1 view``
 command. ``summary.json`` in the output folder holds it all, with wall time and peak memory.
 
-    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 3] [--val 64] [train overrides ...]
+    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 8] [--val 64] [train overrides ...]
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sft-epochs", type=int, default=1)
     parser.add_argument("--sft-batch", type=int, default=2, help="demonstrations per SFT optimizer step")
     parser.add_argument("--sft-lr", type=float, default=5e-5)
-    parser.add_argument("--rl-steps", type=int, default=3)
+    parser.add_argument("--rl-steps", type=int, default=8)
     parser.add_argument("--val", type=int, default=64, help="held-out chains (a greedy run and one sample each)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")
