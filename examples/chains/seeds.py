@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--val", type=int, default=128, help="held-out chains")
     parser.add_argument("--n", type=int, default=8, help="samples a task at temperature 1 (K of mean@K, pass@K)")
     parser.add_argument("--demos", type=int, default=12)
-    parser.add_argument("--rl-steps", type=int, default=3)
+    parser.add_argument("--rl-steps", type=int, default=8)
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
     args = parser.parse_args(argv)
