@@ -72,7 +72,7 @@ def random_prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
 
 
 def time_engine(backend: Any, prompts: list[list[int]], tokens: int) -> dict[str, float]:
-    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
+    from agentr1.core.generation import GenerateRequest, SamplingParams
 
     requests = [GenerateRequest(prompt_ids=p, sampling=SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=i))
                 for i, p in enumerate(prompts)]

@@ -102,7 +102,7 @@ async def _rounds(url: str, pid: int, sessions: int, turns: int, rounds: int,
 
 
 async def _direct_p50(renderer: Any, backend: Any, calls: int, max_tokens: int) -> tuple[float, float]:
-    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
+    from agentr1.core.generation import GenerateRequest, SamplingParams
 
     ids = renderer.render([{"role": "user", "content": "agent 0: what is 2+2?"}])
     latencies = []

@@ -69,7 +69,7 @@ async def _gateway_calls(url: str, sessions: int, turns: int, max_tokens: int) -
 
 
 async def _direct_calls(backend: Any, renderer: Any, sessions: int, turns: int, max_tokens: int) -> list[float]:
-    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
+    from agentr1.core.generation import GenerateRequest, SamplingParams
 
     latencies: list[float] = []
 

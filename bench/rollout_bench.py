@@ -122,7 +122,7 @@ class Recorder:
         through this process's backend): the requests from each step's prompt ids and sampling, a call's span from
         when its handler started (the step's ``latency_ms`` before it was stored) to when it was stored
         (``wall_to_perf``: perf_counter minus wall-clock time)."""
-        from agentr1.gateway.backends import GenerateRequest, SamplingParams
+        from agentr1.core.generation import GenerateRequest, SamplingParams
 
         fields = set(SamplingParams.__dataclass_fields__)
         for sid in session_ids:

@@ -20,10 +20,10 @@ import time
 
 import jsonschema
 
+from agentr1.core.generation import GenerateRequest, GrammarSpec, SamplingParams
 from agentr1.core.rendering import load_renderer
 from agentr1.engine import EngineOptions
-from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
-from agentr1.gateway.backends.base import GrammarSpec
+from agentr1.gateway.backends import LocalBackend
 
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
                                          "population": {"type": "integer", "minimum": 0, "maximum": 99999999},

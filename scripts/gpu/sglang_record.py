@@ -94,7 +94,7 @@ def main() -> None:
         sys.path.insert(0, str(ROOT / part))
     from transformers import AutoTokenizer
 
-    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
+    from agentr1.core.generation import GenerateRequest, SamplingParams
     from agentr1.gateway.backends.sglang import SGLangBackend
 
     prompt = AutoTokenizer.from_pretrained(args.model).encode(PROMPT, add_special_tokens=False)

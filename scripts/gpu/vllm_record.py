@@ -126,7 +126,7 @@ def main() -> None:
         sys.path.insert(0, str(ROOT / part))
     from transformers import AutoTokenizer
 
-    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
+    from agentr1.core.generation import GenerateRequest, SamplingParams
     from agentr1.gateway.backends.vllm import VLLMBackend
 
     tok = AutoTokenizer.from_pretrained(args.model)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:

@@ -63,7 +63,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from tokenizers import Tokenizer
 
-from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
 
 SAMPLING_KEYS = {
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",

@@ -59,7 +59,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tokenizers import Tokenizer
 
-from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
 
 
 class ParamError(ValueError):

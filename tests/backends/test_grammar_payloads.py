@@ -7,7 +7,7 @@ import json
 
 import xgrammar as xgr
 
-from agentr1.gateway.backends.base import GenerateRequest, GrammarSpec, SamplingParams
+from agentr1.core.generation import GenerateRequest, GrammarSpec, SamplingParams
 from agentr1.gateway.backends.sglang import SGLangBackend
 from agentr1.gateway.backends.vllm import VLLMBackend
 

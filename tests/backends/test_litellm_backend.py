@@ -11,7 +11,8 @@ from backend_helpers import request, run, served
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agentr1.gateway.backends.base import Backend, BackendError, BackendUnavailable, SamplingParams
+from agentr1.core.generation import BackendError, BackendUnavailable, SamplingParams
+from agentr1.gateway.backends.base import Backend
 from agentr1.gateway.backends.litellm_backend import ChatBackend, LiteLLMBackend
 
 pytestmark = pytest.mark.filterwarnings("ignore:Items? .* using the `ReadOnly` qualifier:UserWarning")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields
 
-from agentr1.gateway.backends.base import SamplingParams
+from agentr1.core.generation import SamplingParams
 
 
 def full() -> SamplingParams:

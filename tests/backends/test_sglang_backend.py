@@ -11,9 +11,9 @@ import fake_sglang
 import pytest
 from backend_helpers import collect, request, run, served, using
 
+from agentr1.core.generation import BackendError, BackendUnavailable
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import BackendError, BackendUnavailable
 from agentr1.gateway.backends.sglang import SGLangBackend
 from agentr1.gateway.server import BackgroundServer
 

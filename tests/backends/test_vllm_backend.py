@@ -10,9 +10,9 @@ import fake_vllm
 import pytest
 from backend_helpers import collect, request, run, served, using
 
+from agentr1.core.generation import BackendError
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import BackendError
 from agentr1.gateway.backends.vllm import VLLMBackend
 
 
@@ -142,8 +142,8 @@ def test_a_failed_reload_puts_the_weights_of_before_back_or_takes_the_server_out
     server is never used until an update succeeds on it."""
     import shutil
 
+    from agentr1.core.generation import BackendUnavailable
     from agentr1.core.models import build_tiny_random_model
-    from agentr1.gateway.backends.base import BackendUnavailable
 
     engine = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1))
     engine.engine.start()

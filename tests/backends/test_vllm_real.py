@@ -25,7 +25,7 @@ import httpx
 import pytest
 from backend_helpers import collect, request, run, using
 
-from agentr1.gateway.backends.base import BackendError
+from agentr1.core.generation import BackendError
 from agentr1.gateway.backends.vllm import VLLMBackend
 
 URLS = [u.strip() for u in os.environ.get("AGENTR1_VLLM_URL", "").split(",") if u.strip()]

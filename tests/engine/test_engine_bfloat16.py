@@ -15,9 +15,9 @@ import statistics
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
 
 QUESTIONS = ["What is 12*7?", "Name a colour.", "Why is the sky blue?", "Add 35 and 48.", "Write a haiku.",
              "Say hello.", "What is 2+2?", "Count to five."]

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 
+from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
 from agentr1.core.models import build_tiny_random_model
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
 
 DEVICE = os.environ.get("AGENTR1_TEST_DEVICE", "cpu")
 TOLERANCE = {"cpu": 1e-4, "cuda": 2e-3}  # float32; cuda kernels sum in other orders

@@ -18,8 +18,8 @@ from test_engine_exactness import (
     start,
 )
 
+from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import GenerateRequest, GenerateResult, SamplingParams
 
 
 def mixed_requests(backend: LocalBackend) -> list[GenerateRequest]:
@@ -99,7 +99,7 @@ def test_rows_with_a_grammar_decode_beside_free_rows_under_overlap(tiny_model_pa
     """A constrained row's next mask needs its last token, so with one in the batch every step is read before the
     next: the constrained rows follow their grammar and every row samples what it samples without overlap."""
     pytest.importorskip("xgrammar")
-    from agentr1.gateway.backends.base import GrammarSpec
+    from agentr1.core.generation import GrammarSpec
 
     def requests() -> list[GenerateRequest]:
         free = [GenerateRequest([1, 30 + i, 31], SamplingParams(max_new_tokens=12 + i, temperature=1.0, seed=i))

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from agentr1.core.generation import BackendUnavailable, GenerateRequest, GrammarSpec, SamplingParams
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import BackendUnavailable, GenerateRequest, GrammarSpec, SamplingParams
 
 pytestmark = pytest.mark.slow  # each backend here spawns a process that loads torch and the model
 

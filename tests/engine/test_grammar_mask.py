@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from agentr1.core.generation import GenerateRequest, GrammarSpec, SamplingParams
 from agentr1.engine import EngineOptions
 from agentr1.engine.grammar import (
     GrammarCache,
@@ -21,8 +22,7 @@ from agentr1.engine.grammar import (
     unpack_on_host,
 )
 from agentr1.engine.sampling import SamplingBatch, sample_batch, to_host
-from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
-from agentr1.gateway.backends.base import GrammarSpec
+from agentr1.gateway.backends import LocalBackend
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "size": {"enum": ["S", "M", "L"]}},
           "required": ["ok", "size"]}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentr1.core.generation import SamplingParams
 from agentr1.engine.sampling import make_generator, sample_next
-from agentr1.gateway.backends.base import SamplingParams
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])
 DRAWS = 10_000

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from agentr1.core.generation import BackendError, BackendUnavailable, GenerateRequest, SamplingParams
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import BackendError, BackendUnavailable, GenerateRequest, SamplingParams
 
 pytestmark = pytest.mark.slow  # the owner spawns a process that loads torch and the model
 

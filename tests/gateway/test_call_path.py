@@ -12,9 +12,9 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from agentr1.core.generation import StreamDelta
 from agentr1.core.rendering import load_renderer
 from agentr1.gateway.app import create_app
-from agentr1.gateway.backends.base import StreamDelta
 from agentr1.gateway.backends.instant import InstantBackend
 from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings

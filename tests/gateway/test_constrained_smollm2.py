@@ -15,10 +15,10 @@ import openai
 import pytest
 from gateway_harness import serve
 
+from agentr1.core.generation import GenerateRequest, GrammarSpec, SamplingParams
 from agentr1.core.rendering import load_renderer
 from agentr1.engine import EngineOptions
-from agentr1.gateway.backends import GenerateRequest, LocalBackend, SamplingParams
-from agentr1.gateway.backends.base import GrammarSpec
+from agentr1.gateway.backends import LocalBackend
 
 pytestmark = pytest.mark.slow
 

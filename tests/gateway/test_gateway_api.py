@@ -12,8 +12,8 @@ import openai
 import pytest
 from gateway_harness import serve
 
+from agentr1.core.generation import BackendError
 from agentr1.core.rendering import load_renderer
-from agentr1.gateway.backends.base import BackendError
 from agentr1.gateway.backends.instant import InstantBackend
 
 TOOL = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from gateway_harness import serve
 
+from agentr1.core.generation import BackendUnavailable
 from agentr1.core.rendering import load_renderer
-from agentr1.gateway.backends.base import BackendUnavailable
 from agentr1.gateway.backends.instant import InstantBackend
 from agentr1.gateway.limits import _ORJSON_MAX_DEPTH, MAX_JSON_DEPTH, MAX_SCHEMA_DEPTH, check_json_value
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
+from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.core.rendering import VisionRenderer, load_vision_renderer
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
 
 
 def image_message(rgb: tuple[int, int, int], size: tuple[int, int], text: str = "What is it?") -> list[dict]:

@@ -12,18 +12,17 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from agentr1.core.models import build_tiny_random_model
-from agentr1.engine import EngineOptions
-from agentr1.gateway.backends import (
-    Backend,
+from agentr1.core.generation import (
     BackendError,
     BackendUnavailable,
     ContextLengthExceeded,
     GenerateRequest,
     GenerateResult,
-    LocalBackend,
     SamplingParams,
 )
+from agentr1.core.models import build_tiny_random_model
+from agentr1.engine import EngineOptions
+from agentr1.gateway.backends import Backend, LocalBackend
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:

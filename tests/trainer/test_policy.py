@@ -122,9 +122,9 @@ def test_kl_to_reference_is_zero_before_and_positive_after_an_update(tiny_model_
 
 
 def test_sync_to_backend_changes_greedy_output_and_saved_model_serves_the_same(tiny_model_path, tmp_path):
+    from agentr1.core.generation import GenerateRequest, SamplingParams
     from agentr1.engine import EngineOptions
     from agentr1.gateway.backends import LocalBackend
-    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
 
     greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
     prompt = [1, 30, 31, 32, 33]

@@ -22,7 +22,7 @@ import torch
 from e2e_agent import make_tasks
 from pydantic import ValidationError
 
-from agentr1.gateway.backends.base import BackendError
+from agentr1.core.generation import BackendError
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
 from agentr1.trainer.loop import Trainer

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from agentr1.core.generation import BackendError, GenerateRequest, SamplingParams
 from agentr1.core.rendering import RenderError, load_renderer
 from agentr1.core.rendering.turns import assistant_turn_ids
-from agentr1.gateway.backends.base import BackendError, GenerateRequest, SamplingParams
 from agentr1.gateway.backends.scripted import ScriptedBackend
 
 CALL = {"role": "assistant", "content": None, "tool_calls": [

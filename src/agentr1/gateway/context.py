@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentr1.core import Registry
+from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.core.rendering import ROLE_ALIASES, RenderError, canonical_message, content_text
 
 __all__ = [
@@ -259,8 +260,6 @@ def backend_summarizer(gw: Any, max_tokens: int = 256) -> Summarizer:
     """The default summarizer: the gateway's own backend, asked through the renderer with
     :data:`SUMMARY_INSTRUCTIONS` and the older turns as a transcript (greedy, ``max_tokens`` new
     tokens). The call is not recorded as a step of the session."""
-    from agentr1.gateway.backends.base import GenerateRequest, SamplingParams
-
     async def summarize(messages: list[Message]) -> str:
         renderer, backend = gw.renderer, gw.backend
         transcript = "\n\n".join(_transcript_line(m) for m in messages)

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentr1.gateway.backends.base import BackendError
+from agentr1.core.generation import BackendError
 
 log = logging.getLogger("agentr1.gateway")
 

@@ -2,7 +2,7 @@
 
 The rendering hook of the call path (``ModelCall.prepare``): after the prompt is planned, the prompt's
 images (hashes in prompt order and the model's pixel tensors, made once per image by the
-:class:`~agentr1.core.rendering.VisionRenderer`) go with every :class:`~agentr1.gateway.backends.base.
+:class:`~agentr1.core.rendering.VisionRenderer`) go with every :class:`~agentr1.core.generation.
 GenerateRequest` of the call. A backend that cannot feed images to its model (no ``accepts_images``)
 gets none: the call is refused with 400 instead of generating from a prompt whose images were dropped.
 """

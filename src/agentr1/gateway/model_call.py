@@ -30,14 +30,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from agentr1.core.generation import BackendUnavailable, GenerateRequest, GenerateResult, SamplingParams
 from agentr1.core.rendering import PromptPlan, RenderError
 from agentr1.gateway.auth import access_control_on, authorize_call, require_session_access
-from agentr1.gateway.backends.base import (
-    BackendUnavailable,
-    GenerateRequest,
-    GenerateResult,
-    SamplingParams,
-)
 from agentr1.gateway.call_record import build_steps, persist, remember_choices
 from agentr1.gateway.calls import Gateway, client_retry_count
 from agentr1.gateway.codecs.common import FastJSONResponse

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentr1.gateway.backends.base import SamplingParams
+from agentr1.core.generation import SamplingParams
 from agentr1.gateway.errors import APIError
 
 __all__ = ["METADATA_KEY", "SamplingOverride", "sampling_override"]

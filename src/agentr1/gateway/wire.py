@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from agentr1.core.generation import GenerateResult, GrammarSpec, SamplingParams
 from agentr1.core.rendering import PromptPlan
-from agentr1.gateway.backends.base import GenerateResult, GrammarSpec, SamplingParams
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.sessions import SessionState
 

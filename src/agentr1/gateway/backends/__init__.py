@@ -11,18 +11,7 @@ from typing import TYPE_CHECKING
 
 from agentr1.core import lazy_exports
 
-from .base import (
-    Backend,
-    BackendError,
-    BackendUnavailable,
-    ContextLengthExceeded,
-    FinishReason,
-    GenerateRequest,
-    GenerateResult,
-    SamplingParams,
-    StreamDelta,
-    TokenLogprob,
-)
+from .base import Backend
 from .factory import build_backend, local_backend
 
 if TYPE_CHECKING:
@@ -39,22 +28,13 @@ _LAZY = {"LocalBackend": ".local", "SGLangBackend": ".sglang", "VLLMBackend": ".
          "parse_command": ".launcher"}
 __all__ = [
     "Backend",
-    "BackendError",
-    "BackendUnavailable",
-    "ContextLengthExceeded",
-    "FinishReason",
-    "GenerateRequest",
-    "GenerateResult",
     "LaunchError",
     "LaunchSpec",
     "LiteLLMBackend",
     "LocalBackend",
     "SGLangBackend",
     "SGLangLauncher",
-    "SamplingParams",
     "ScriptedBackend",
-    "StreamDelta",
-    "TokenLogprob",
     "VLLMBackend",
     "build_backend",
     "launch_servers",

@@ -28,7 +28,7 @@ import aiohttp
 import httpx
 import orjson
 
-from .base import BackendError, BackendUnavailable, GenerateRequest
+from agentr1.core.generation import BackendError, BackendUnavailable, GenerateRequest
 
 log = logging.getLogger(__name__)
 

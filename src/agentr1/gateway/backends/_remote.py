@@ -24,21 +24,55 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import PurePath
 from typing import Any, TypeVar
 
 import httpx
 
+from agentr1.core.generation import (
+    BackendError,
+    BackendUnavailable,
+    GenerateRequest,
+    GenerateResult,
+    GrammarSpec,
+    StreamDelta,
+    TokenLogprob,
+)
+
 from ._http import FastPoster, Retry, Server, ServerPool, error_message, route_key, transport_error
-from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # what parsing a body that is not the protocol's answer raises (json.JSONDecodeError is a ValueError)
 MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+
+
+@dataclass(frozen=True)
+class GrammarFields:
+    """How one server's request carries a :class:`GrammarSpec` (call it with the spec): the fields for a JSON object,
+    the fields for a JSON schema (from the schema's text), and the field of an EBNF grammar. A regex is
+    ``{"regex": ...}`` on every server; forced tool calls go as xgrammar EBNF, which the servers' default grammar
+    backend (xgrammar) parses."""
+
+    json_object: dict[str, Any]
+    json_schema: Callable[[str], dict[str, Any]]
+    ebnf: str
+
+    def __call__(self, spec: GrammarSpec) -> dict[str, Any]:
+        if spec.kind == "json_object":
+            return dict(self.json_object)
+        if spec.kind == "json_schema":
+            return self.json_schema(spec.value)
+        if spec.kind == "regex":
+            return {"regex": spec.value}
+        if spec.kind == "ebnf":
+            return {self.ebnf: spec.value}
+        from agentr1.engine import to_ebnf  # (the engine's grammar module loads torch: only when a grammar is sent)
+
+        return {self.ebnf: to_ebnf(spec)}
 
 
 class TokenOutput:

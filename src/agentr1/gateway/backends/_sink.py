@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .base import GenerateResult, StreamDelta
+from agentr1.core.generation import GenerateResult, StreamDelta
 
 __all__ = ["Sink"]
 

@@ -2,8 +2,8 @@
 
 Every backend (local engine, SGLang, vLLM, LiteLLM) implements :class:`Backend`; the gateway
 never talks to a model any other way. The requests, results and errors it speaks are the generation
-vocabulary of :mod:`agentr1.core.generation` (below the gateway: the embedded engine speaks it too),
-named here with the protocol they belong to.
+vocabulary of :mod:`agentr1.core.generation` (below the gateway: the embedded engine speaks it too);
+import them from there, the one place that names them.
 """
 
 from __future__ import annotations
@@ -11,21 +11,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from agentr1.core.generation import (
-    BackendError,
-    BackendUnavailable,
-    ContextLengthExceeded,
-    FinishReason,
-    GenerateRequest,
-    GenerateResult,
-    GrammarSpec,
-    SamplingParams,
-    StreamDelta,
-    TokenLogprob,
-)
+from agentr1.core.generation import GenerateRequest, GenerateResult, StreamDelta
 
-__all__ = ["Backend", "BackendError", "BackendUnavailable", "ContextLengthExceeded", "FinishReason", "GenerateRequest",
-           "GenerateResult", "GrammarSpec", "SamplingParams", "StreamDelta", "TokenLogprob"]
+__all__ = ["Backend"]
 
 
 @runtime_checkable

@@ -8,13 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from agentr1.gateway.backends.base import (
-    BackendError,
-    BackendUnavailable,
-    GenerateRequest,
-    GenerateResult,
-    StreamDelta,
-)
+from agentr1.core.generation import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, StreamDelta
 
 Reply = Callable[[list[int]], str]
 

@@ -28,7 +28,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .base import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, SamplingParams, StreamDelta
+from agentr1.core.generation import (
+    BackendError,
+    BackendUnavailable,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+    StreamDelta,
+)
 
 __all__ = ["ChatBackend", "ChatResult", "LiteLLMBackend"]
 

@@ -28,10 +28,10 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentr1.core.generation import GenerateRequest, GenerateResult, StreamDelta
 from agentr1.engine import Engine, EngineOptions, EngineStats, Row, check_request, read_safetensors
 
 from ._sink import Sink
-from .base import GenerateRequest, GenerateResult, StreamDelta
 
 __all__ = ["LocalBackend"]
 

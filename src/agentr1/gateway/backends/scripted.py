@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from agentr1.core.generation import BackendError, GenerateRequest, GenerateResult
 from agentr1.core.rendering import Message, Renderer, assistant_turn_ids
-from agentr1.gateway.backends.base import BackendError, GenerateRequest, GenerateResult
 from agentr1.gateway.backends.instant import InstantBackend
 
 __all__ = ["ScriptedBackend"]

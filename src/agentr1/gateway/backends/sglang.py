@@ -44,9 +44,10 @@ from typing import Any
 
 import httpx
 
+from agentr1.core.generation import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
+
 from ._http import Retry, Server, check, json_body, stream_events, transport_error
-from ._remote import RemoteBase, TokenOutput
-from .base import BackendError, GenerateRequest, GenerateResult, GrammarSpec, StreamDelta, TokenLogprob
+from ._remote import GrammarFields, RemoteBase, TokenOutput
 
 __all__ = ["SGLangBackend"]
 
@@ -73,20 +74,9 @@ def _new(items: list[Any], total: int, seen: int, what: str) -> list[Any]:
     raise BackendError(f"SGLang sent {len(items)} {what} for {total} tokens after {seen}: cannot align them")
 
 
-def sglang_constraint(spec: GrammarSpec) -> dict[str, Any]:
-    """A grammar in SGLang's ``sampling_params`` fields (one of json_schema, regex, ebnf: SGLang takes one);
-    forced tool calls go as xgrammar EBNF, which SGLang's default grammar backend (xgrammar) parses."""
-    if spec.kind == "json_object":
-        return {"json_schema": '{"type": "object"}'}
-    if spec.kind == "json_schema":
-        return {"json_schema": spec.value}
-    if spec.kind == "regex":
-        return {"regex": spec.value}
-    if spec.kind == "ebnf":
-        return {"ebnf": spec.value}
-    from agentr1.engine import to_ebnf  # (the engine's grammar module loads torch: only when a grammar is sent)
-
-    return {"ebnf": to_ebnf(spec)}
+# A grammar in SGLang's ``sampling_params`` fields (one of json_schema, regex, ebnf: SGLang takes one).
+sglang_constraint = GrammarFields(json_object={"json_schema": '{"type": "object"}'},
+                                  json_schema=lambda schema: {"json_schema": schema}, ebnf="ebnf")
 
 
 class _Output(TokenOutput):

@@ -50,9 +50,10 @@ from typing import Any, Literal
 
 import httpx
 
+from agentr1.core.generation import BackendError, GenerateRequest, GenerateResult, StreamDelta, TokenLogprob
+
 from ._http import Retry, Server, check, error_message, json_body, stream_events, transport_error
-from ._remote import RemoteBase, TokenOutput
-from .base import BackendError, GenerateRequest, GenerateResult, GrammarSpec, StreamDelta, TokenLogprob
+from ._remote import GrammarFields, RemoteBase, TokenOutput
 
 __all__ = ["VLLMBackend"]
 
@@ -67,21 +68,10 @@ def _token_id(token: str) -> int:
     raise BackendError(f"vLLM returned the token {token!r} instead of 'token_id:<id>'")
 
 
-def vllm_constraint(spec: GrammarSpec) -> dict[str, Any]:
-    """A grammar as vLLM's ``structured_outputs`` (vLLM >= 0.12, where the ``guided_*`` fields were removed):
-    json (a schema), json_object, regex or grammar; forced tool calls as xgrammar EBNF (vLLM's default
-    structured-output backend is xgrammar)."""
-    if spec.kind == "json_object":
-        return {"json_object": True}
-    if spec.kind == "json_schema":
-        return {"json": json.loads(spec.value)}
-    if spec.kind == "regex":
-        return {"regex": spec.value}
-    if spec.kind == "ebnf":
-        return {"grammar": spec.value}
-    from agentr1.engine import to_ebnf  # (the engine's grammar module loads torch: only when a grammar is sent)
-
-    return {"grammar": to_ebnf(spec)}
+# A grammar as vLLM's ``structured_outputs`` (vLLM >= 0.12, where the ``guided_*`` fields were removed): json (a
+# schema), json_object, regex or grammar.
+vllm_constraint = GrammarFields(json_object={"json_object": True},
+                                json_schema=lambda schema: {"json": json.loads(schema)}, ebnf="grammar")
 
 
 class _Output(TokenOutput):

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from fastapi.responses import JSONResponse
 
-from agentr1.gateway.backends.base import SamplingParams
+from agentr1.core.generation import SamplingParams
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import has_non_finite
 

@@ -24,8 +24,8 @@ from typing import Any
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
+from agentr1.core.generation import GrammarSpec
 from agentr1.core.rendering import hermes_prefill
-from agentr1.gateway.backends.base import GrammarSpec
 from agentr1.gateway.codecs.tools import check_schema_depth
 from agentr1.gateway.errors import APIError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentr1.gateway.backends.base import BackendError
+from agentr1.core.generation import BackendError
 
 __all__ = ["failure", "stream_error"]
 
