@@ -6,7 +6,7 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, overload
 
 from agentr1.sdk import propagation
@@ -25,7 +25,25 @@ from agentr1.sdk.failures import failure_error_text, tagged_error
 
 log = logging.getLogger("agentr1.sdk")
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 Field = str | Callable[..., Any] | None
+Send = Callable[..., Awaitable[dict[str, Any]]]  # a call to the gateway: request's arguments in, its answer out
+
+
+async def _send_blocking(method: str, path: str, session: ActiveSession | None = None,
+                         json: Any = None) -> dict[str, Any]:
+    """:func:`request` as a :data:`Send`: it blocks, so a coroutine that awaits only this never suspends."""
+    return request(method, path, session, json=json)
+
+
+def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine``, which awaits nothing but :func:`_send_blocking`, to its end in this thread."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("a blocking session call suspended")
 
 
 def _tracer() -> Any:
@@ -60,45 +78,31 @@ class session:
         self._token: Any = None
         self._span: contextlib.AbstractContextManager[Any] | None = None
 
-    # -- sync ------------------------------------------------------------------------------
+    # Entering and leaving are written once, as coroutines over a ``send`` (:data:`Send`): the async protocol
+    # awaits them with :func:`arequest`, the sync one runs them with the blocking :func:`request` (they never
+    # suspend then: :func:`_blocking`).
 
     def __enter__(self) -> ActiveSession:
-        if (outer := self._join_outer()) is not None:
-            return outer
-        if self.given is not None:
-            return self._run_in_given()
-        method, path, _, body = create_call(*self.fields)
-        return self._begin(request(method, path, json=body))
+        return _blocking(self._enter(_send_blocking))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if self.given is not None:
-            self._exit_context(exc)
-            return
-        if not self._owner:
-            return
-        try:
-            method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
-            try:
-                request(method, path, sess, json=body)
-            except GatewayConnectionError:  # once more: a session left running records no outcome
-                with contextlib.suppress(SessionAlreadyFinished):
-                    request(method, path, sess, json=body)
-        except Exception as err:
-            self._finish_failed(err, exc)
-        finally:
-            self._exit_context(exc)
-
-    # -- async -----------------------------------------------------------------------------
+        _blocking(self._exit(exc, _send_blocking))
 
     async def __aenter__(self) -> ActiveSession:
+        return await self._enter(arequest)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        await self._exit(exc, arequest)
+
+    async def _enter(self, send: Send) -> ActiveSession:
         if (outer := self._join_outer()) is not None:
             return outer
         if self.given is not None:
             return self._run_in_given()
         method, path, _, body = create_call(*self.fields)
-        return self._begin(await arequest(method, path, json=body))
+        return self._begin(await send(method, path, json=body))
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    async def _exit(self, exc: BaseException | None, send: Send) -> None:
         if self.given is not None:
             self._exit_context(exc)
             return
@@ -107,10 +111,10 @@ class session:
         try:
             method, path, sess, body = finish_call(self.active, *self._outcome(exc))  # type: ignore[arg-type]
             try:
-                await arequest(method, path, sess, json=body)
+                await send(method, path, sess, json=body)
             except GatewayConnectionError:  # once more: a session left running records no outcome
                 with contextlib.suppress(SessionAlreadyFinished):
-                    await arequest(method, path, sess, json=body)
+                    await send(method, path, sess, json=body)
         except Exception as err:
             self._finish_failed(err, exc)
         finally:
