@@ -19,19 +19,13 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from dataclasses import dataclass
 
 from agentr1.store.records import SessionRecord, StepRecord
 from agentr1.trainer.batch import BatchConfig, build_rows
 
-
-@dataclass
-class Sizes:
-    system: int = 300
-    task: int = 40
-    action: int = 60
-    tool: int = 80
-    glue: int = 5  # chat-template tokens around a tool result / next turn
+# the mean token count of each part of a trace, and the option (--system, ...) that changes it
+SIZES = {"system": 300, "task": 40, "action": 60, "tool": 80}
+GLUE = 5  # chat-template tokens around a tool result / next turn
 
 
 def _ids(rng: random.Random, mean: int) -> list[int]:
@@ -39,22 +33,24 @@ def _ids(rng: random.Random, mean: int) -> list[int]:
     return [rng.randrange(10, 49_000) for _ in range(n)]
 
 
-def make_sessions(n_sessions: int, turns: int, sizes: Sizes, *, window: int | None, seed: int) -> list[SessionRecord]:
-    """``window=None``: append-only history; else the observation keeps the system prompt, the task and
-    the last ``window`` (action, feedback) pairs: a context policy that rewrites the history every turn."""
+def make_sessions(n_sessions: int, turns: int, sizes: dict[str, int], *, window: int | None,
+                  seed: int) -> list[SessionRecord]:
+    """``sizes``: as :data:`SIZES`. ``window=None``: append-only history; else the observation keeps the system
+    prompt, the task and the last ``window`` (action, feedback) pairs: a context policy that rewrites the history
+    every turn."""
     rng = random.Random(seed)
-    system = [rng.randrange(10, 49_000) for _ in range(sizes.system)]
+    system = [rng.randrange(10, 49_000) for _ in range(sizes["system"])]
     sessions = []
     for s in range(n_sessions):
-        task = _ids(rng, sizes.task)
+        task = _ids(rng, sizes["task"])
         history: list[list[int]] = []
         steps = []
         for t in range(turns):
             recent = history if window is None else history[-2 * window:]
             obs = [*system, *task, *(tok for part in recent for tok in part)]
-            action = _ids(rng, sizes.action)
+            action = _ids(rng, sizes["action"])
             steps.append(StepRecord(f"s{s}", t, obs, action, [-0.7] * len(action), parent_index=t - 1 if t else None))
-            history += [action, _ids(rng, sizes.tool) + [7] * sizes.glue]
+            history += [action, _ids(rng, sizes["tool"]) + [7] * GLUE]
         sessions.append(SessionRecord(f"s{s}", group_id=f"g{s // 8}", status="finished", reward=float(s % 2),
                                       steps=steps))
     return sessions
@@ -73,16 +69,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=64, help="trajectories per update (groups of 8)")
     parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--system", type=int, default=300)
-    parser.add_argument("--task", type=int, default=40)
-    parser.add_argument("--action", type=int, default=60)
-    parser.add_argument("--tool", type=int, default=80)
+    for part, default in SIZES.items():
+        parser.add_argument(f"--{part}", type=int, default=default)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    sizes = Sizes(args.system, args.task, args.action, args.tool)
+    sizes = {part: getattr(args, part) for part in SIZES}
 
-    print(f"{args.sessions} sessions x {args.turns} turns; system {sizes.system}, task ~{sizes.task}, "
-          f"action ~{sizes.action}, tool result ~{sizes.tool} (+{sizes.glue} template) tokens\n")
+    print(f"{args.sessions} sessions x {args.turns} turns; system {sizes['system']}, task ~{sizes['task']}, "
+          f"action ~{sizes['action']}, tool result ~{sizes['tool']} (+{GLUE} template) tokens\n")
     print("| history | layout | rows | tokens | padded tokens | action tokens | per_step tokens / tokens | build s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for label, window in (("append-only", None), ("sliding window (last 2 turns)", 2)):

