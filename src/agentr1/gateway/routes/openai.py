@@ -1,5 +1,7 @@
-"""OpenAI-compatible routes, mounted at /v1 and at /sessions/{session_id}/v1: HTTP in, HTTP out; the call
-itself is :class:`~agentr1.gateway.model_call.ModelCall`, the formats are :mod:`agentr1.gateway.codecs`."""
+"""The model APIs, mounted at /v1 and at /sessions/{session_id}/v1: OpenAI's (models, chat completions, completions,
+Responses) and Anthropic's Messages. HTTP in, HTTP out: the call itself is
+:class:`~agentr1.gateway.model_call.ModelCall`, the formats (errors in each API's own shape included) are
+:mod:`agentr1.gateway.codecs`."""
 
 from __future__ import annotations
 
@@ -8,15 +10,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from agentr1.gateway.auth import require_session_access
 from agentr1.gateway.calls import Gateway
-from agentr1.gateway.codecs import chat
+from agentr1.gateway.codecs import anthropic, chat, responses
 from agentr1.gateway.codecs import completions as text_completion
 from agentr1.gateway.codecs.chat_body import CHAT_BODY_OPENAPI, read_chat_body
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
-from agentr1.gateway.routes import anthropic, responses
-from agentr1.gateway.schemas import CompletionRequest
+from agentr1.gateway.schemas import CompletionRequest, CountTokensRequest, MessagesRequest, ResponsesRequest
 
 router = APIRouter(route_class=BoundedRoute)
 
@@ -56,6 +58,27 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     return await ModelCall.answer(request, text_completion, body)
 
 
-# The other wire formats agents speak, at the same prefixes (/v1 and /sessions/{session_id}/v1).
-router.include_router(responses.router)
-router.include_router(anthropic.router)
+# -- OpenAI Responses (``POST /responses``, ``GET /responses/{id}``) -----------------------------------------------
+
+@router.post("/responses")
+async def create_response(body: ResponsesRequest, request: Request) -> Response:
+    return await ModelCall.answer(request, responses, body)
+
+
+@router.get("/responses/{response_id}")
+async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+    session_id, _, response = responses.response_log(_gateway(request)).get(response_id, param="response_id")
+    await require_session_access(request, session_id)
+    return response
+
+
+# -- Anthropic Messages (``POST /messages``, ``POST /messages/count_tokens``) --------------------------------------
+
+@router.post("/messages")
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    return await ModelCall.answer(request, anthropic, body)
+
+
+@router.post("/messages/count_tokens")
+async def count_message_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
+    return anthropic.count_tokens(_gateway(request), body)
