@@ -26,28 +26,16 @@ from agentr1.core.rendering.continuation import (
 )
 from agentr1.core.rendering.factory import RendererKind, create_renderer, load_renderer, load_vision_renderer
 from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes, split_reasoning
-from agentr1.core.rendering.images import (
-    IMAGE_REF_PREFIX,
-    ImageData,
-    ImagePolicy,
-    image_identity,
-    image_part_source,
-    image_ref,
-    is_image_part,
-    iter_image_parts,
-    load_image,
-)
+from agentr1.core.rendering.images import ImagePolicy, image_identity, image_ref
 from agentr1.core.rendering.template import ChatTemplateRenderer
 from agentr1.core.rendering.turns import assistant_turn_ids
 from agentr1.core.rendering.vision import MultimodalInputs, ProcessedImage, VisionRenderer, concat_image_tensors
 
 __all__ = [
-    "IMAGE_REF_PREFIX",
     "ROLE_ALIASES",
     "SMOLLM2_DEFAULT_SYSTEM",
     "ChatMLRenderer",
     "ChatTemplateRenderer",
-    "ImageData",
     "ImagePolicy",
     "Message",
     "MultimodalInputs",
@@ -70,11 +58,7 @@ __all__ = [
     "create_renderer",
     "hermes_prefill",
     "image_identity",
-    "image_part_source",
     "image_ref",
-    "is_image_part",
-    "iter_image_parts",
-    "load_image",
     "load_renderer",
     "load_vision_renderer",
     "normalize_messages",

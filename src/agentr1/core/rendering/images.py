@@ -35,7 +35,6 @@ from agentr1.store import IMAGE_REF_PREFIX
 
 __all__ = [
     "IMAGE_PART_TYPES",
-    "IMAGE_REF_PREFIX",
     "ImageData",
     "ImagePolicy",
     "image_identity",

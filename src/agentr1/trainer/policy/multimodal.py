@@ -66,7 +66,7 @@ class RowImageInputs:
 
     def row_inputs(self, index: int, row: TrainRow) -> dict[str, Any] | None:
         # lazy: rendering loads the tokenizers' stack, only when this runs
-        from agentr1.core.rendering import IMAGE_REF_PREFIX, MultimodalInputs, RenderError
+        from agentr1.core.rendering import MultimodalInputs, RenderError, image_ref
 
         expected = row.prompt_ids.count(self.image_token_id) + row.response_ids.count(self.image_token_id)
         if not row.images:
@@ -74,7 +74,7 @@ class RowImageInputs:
                 raise MissingImagesError(f"row {index} (session {row.session_id}) has {expected} image tokens "
                                          "but no images: its images were not stored or not carried")
             return None
-        parts = [{"type": "image_url", "image_url": {"url": f"{IMAGE_REF_PREFIX}{sha}"}} for sha in row.images]
+        parts = [{"type": "image_url", "image_url": {"url": image_ref(sha)}} for sha in row.images]
         try:
             processed = self.renderer.images([{"role": "user", "content": parts}])
         except RenderError as exc:
