@@ -12,30 +12,11 @@ from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, upda
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from agentr1.store import errors, records
 from agentr1.store import migrate as migrations
 from agentr1.store.blobs import ImageStore, externalize_images
 from agentr1.store.engine import create_store_engine
-from agentr1.store.errors import (
-    SessionExists,
-    StepConflict,
-    StoreConnectionError,
-    StoreError,
-    StoreNotMigrated,
-    UnknownRun,
-    UnknownSession,
-    UnknownStep,
-)
 from agentr1.store.history import HistoryCache, restore_histories
-from agentr1.store.records import (
-    FeedbackRecord,
-    NewSession,
-    RewardRecord,
-    RunRecord,
-    SessionEnd,
-    SessionRecord,
-    StepRecord,
-    superseded_steps,
-)
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 from agentr1.store.session_writes import (
     SESSIONS_FOUND,
@@ -78,7 +59,7 @@ class TraceStore:
             head = migrations.head_revision()
             if current != head:
                 if not migrate:
-                    raise StoreNotMigrated(
+                    raise errors.StoreNotMigrated(
                         f"database {engine.url.render_as_string(hide_password=True)} is at schema "
                         f"{current or 'empty'}, this agentr1 needs {head}; "
                         f"run `agentr1 traces migrate --db URL`"
@@ -87,7 +68,7 @@ class TraceStore:
         except OperationalError as exc:
             engine.dispose()
             shown = engine.url.render_as_string(hide_password=True)  # never echo a password into logs
-            raise StoreConnectionError(f"cannot connect to {shown!r}: {exc.orig}") from exc
+            raise errors.StoreConnectionError(f"cannot connect to {shown!r}: {exc.orig}") from exc
         except BaseException:
             engine.dispose()
             raise
@@ -129,16 +110,16 @@ class TraceStore:
         except IntegrityError:
             return run_id
 
-    def get_run(self, run_id: str) -> RunRecord:
+    def get_run(self, run_id: str) -> records.RunRecord:
         runs = self._runs(RunRow.id == run_id)
         if not runs:
-            raise UnknownRun(run_id)
+            raise errors.UnknownRun(run_id)
         return runs[0]
 
-    def list_runs(self, limit: int = 100) -> list[RunRecord]:
+    def list_runs(self, limit: int = 100) -> list[records.RunRecord]:
         return self._runs(None, limit=limit)
 
-    def _runs(self, where: Any, limit: int = 1) -> list[RunRecord]:
+    def _runs(self, where: Any, limit: int = 1) -> list[records.RunRecord]:
         n_steps = (
             select(func.count(StepRow.id))
             .join(SessionRow, SessionRow.id == StepRow.session_id)
@@ -159,8 +140,8 @@ class TraceStore:
             query = query.where(where)
         with self._read() as db:
             return [
-                RunRecord(id=r.id, name=r.name, config=r.config, created_at=r.created_at,
-                          n_sessions=ns or 0, n_steps=nt or 0, mean_reward=mr)
+                records.RunRecord(id=r.id, name=r.name, config=r.config, created_at=r.created_at,
+                                  n_sessions=ns or 0, n_steps=nt or 0, mean_reward=mr)
                 for r, ns, nt, mr in db.execute(query)
             ]
 
@@ -177,24 +158,24 @@ class TraceStore:
         session_id: str | None = None,
         key_hash: str | None = None,
     ) -> str:
-        return self.create_sessions([NewSession(run_id, task_id, group_id, metadata, policy_version, session_id,
-                                                key_hash)])[0]
+        return self.create_sessions([records.NewSession(run_id, task_id, group_id, metadata, policy_version,
+                                                        session_id, key_hash)])[0]
 
-    def create_sessions(self, sessions: Sequence[NewSession]) -> list[str]:
+    def create_sessions(self, sessions: Sequence[records.NewSession]) -> list[str]:
         """Create ``sessions`` in one transaction, all or none (``SessionExists`` if an id is taken or given twice);
         their ids, in order."""
         ids = self._create_sessions(sessions, wait=True)
         assert ids is not None
         return ids
 
-    def try_create_sessions(self, sessions: Sequence[NewSession]) -> list[str] | None:
+    def try_create_sessions(self, sessions: Sequence[records.NewSession]) -> list[str] | None:
         """:meth:`create_sessions` if it need not wait (see :mod:`agentr1.store.writes`; also not for a run this store
         has not seen yet); None, with nothing written, if it would."""
         if any(s.run_id is not None and s.run_id not in self._known_runs for s in sessions):
             return None
         return self._create_sessions(sessions, wait=False)
 
-    def _create_sessions(self, sessions: Sequence[NewSession], *, wait: bool) -> list[str] | None:
+    def _create_sessions(self, sessions: Sequence[records.NewSession], *, wait: bool) -> list[str] | None:
         rows = session_rows(sessions)
         ids = [row["id"] for row in rows]
         if not rows:
@@ -205,7 +186,7 @@ class TraceStore:
             done, _ = self._writes.transaction(lambda conn: insert_sessions(conn, rows), wait=wait)
         except IntegrityError as exc:
             if (taken := self._existing_session(ids)) is not None:
-                raise SessionExists(f"session {taken!r} already exists") from exc
+                raise errors.SessionExists(f"session {taken!r} already exists") from exc
             raise
         if not done:
             return None
@@ -222,10 +203,10 @@ class TraceStore:
         with self._read() as db:
             return db.scalar(select(SessionRow.id).where(SessionRow.key_hash == key_hash))
 
-    def get_session(self, session_id: str, *, steps: bool = True) -> SessionRecord:
+    def get_session(self, session_id: str, *, steps: bool = True) -> records.SessionRecord:
         return self.get_sessions([session_id], steps=steps)[0]
 
-    def get_sessions(self, session_ids: Sequence[str], *, steps: bool = True) -> list[SessionRecord]:
+    def get_sessions(self, session_ids: Sequence[str], *, steps: bool = True) -> list[records.SessionRecord]:
         """Many sessions in one read, in the order asked; :class:`UnknownSession` for the first one not stored."""
         if not session_ids:
             return []
@@ -233,9 +214,9 @@ class TraceStore:
             rows = {r.id: r for r in db.scalars(select(SessionRow).where(SessionRow.id.in_(set(session_ids))))}
             missing = next((sid for sid in session_ids if sid not in rows), None)
             if missing is not None:
-                raise UnknownSession(missing)
-            records = {s.id: s for s in self._load_sessions(db, list(rows.values()), steps=steps)}
-        return [records[sid] for sid in session_ids]
+                raise errors.UnknownSession(missing)
+            by_id = {s.id: s for s in self._load_sessions(db, list(rows.values()), steps=steps)}
+        return [by_id[sid] for sid in session_ids]
 
     def list_sessions(
         self,
@@ -245,7 +226,7 @@ class TraceStore:
         group_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[SessionRecord]:
+    ) -> list[records.SessionRecord]:
         query = select(SessionRow).order_by(SessionRow.created_at, SessionRow.id).limit(limit).offset(offset)
         if run_id is not None:
             query = query.where(SessionRow.run_id == run_id)
@@ -261,11 +242,11 @@ class TraceStore:
     ) -> None:
         """End a running session; ``reward`` is recorded as its outcome reward. ``UnknownSession``, or
         ``SessionNotRunning`` if it already ended."""
-        (failure,) = self.finish_sessions([SessionEnd(session_id, status, reward, error)])
+        (failure,) = self.finish_sessions([records.SessionEnd(session_id, status, reward, error)])
         if failure is not None:
             raise failure
 
-    def finish_sessions(self, ends: Sequence[SessionEnd]) -> list[StoreError | None]:
+    def finish_sessions(self, ends: Sequence[records.SessionEnd]) -> list[errors.StoreError | None]:
         """End running sessions in one transaction; for each, None if it ended here, else why not
         (``UnknownSession``, or ``SessionNotRunning``: it had ended already): those are left as they were and the
         others end all the same."""
@@ -273,12 +254,13 @@ class TraceStore:
         assert failures is not None
         return failures
 
-    def try_finish_sessions(self, ends: Sequence[SessionEnd]) -> list[StoreError | None] | None:
+    def try_finish_sessions(self, ends: Sequence[records.SessionEnd]) -> list[errors.StoreError | None] | None:
         """:meth:`finish_sessions` if it need not wait (see :mod:`agentr1.store.writes`); None, with nothing written,
         if it would."""
         return self._finish_sessions(ends, wait=False)
 
-    def _finish_sessions(self, ends: Sequence[SessionEnd], *, wait: bool) -> list[StoreError | None] | None:
+    def _finish_sessions(self, ends: Sequence[records.SessionEnd], *,
+                         wait: bool) -> list[errors.StoreError | None] | None:
         check_ends(ends)
         if not ends:
             return []
@@ -314,11 +296,13 @@ class TraceStore:
 
     # -- steps -------------------------------------------------------------------------------
 
-    def append_steps(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord] = ()) -> None:
+    def append_steps(self, steps: Sequence[records.StepRecord],
+                     feedback: Sequence[records.FeedbackRecord] = ()) -> None:
         """Insert steps, then attach feedback, in one transaction: all of it or none."""
         self._append(steps, feedback, wait=True)
 
-    def try_append_steps(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord] = ()) -> bool:
+    def try_append_steps(self, steps: Sequence[records.StepRecord],
+                         feedback: Sequence[records.FeedbackRecord] = ()) -> bool:
         """:meth:`append_steps` if it need not wait: on SQLite, when no other connection holds the write lock at
         this moment (``busy_timeout`` 0 for this one transaction); False, with nothing written, if one does, and
         always on PostgreSQL (a network round trip). For a caller on an event loop: commit in place when that
@@ -327,13 +311,14 @@ class TraceStore:
             return False
         return self._append(steps, feedback, wait=False)
 
-    def _append(self, steps: Sequence[StepRecord], feedback: Sequence[FeedbackRecord], *, wait: bool) -> bool:
+    def _append(self, steps: Sequence[records.StepRecord], feedback: Sequence[records.FeedbackRecord], *,
+                wait: bool) -> bool:
         if not steps and not feedback:
             return True
         session_ids = {s.session_id for s in steps}
         rows = [self._step_row(s) for s in steps]
-        feedback = [FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images), fb.ids)
-                    for fb in feedback]
+        feedback = [records.FeedbackRecord(fb.session_id, fb.index, externalize_images(fb.messages, self.images),
+                                           fb.ids) for fb in feedback]
 
         def write(conn: Connection) -> None:
             insert_steps(conn, rows)
@@ -351,10 +336,10 @@ class TraceStore:
             with self.engine.connect() as conn:
                 found = set(conn.scalars(SESSIONS_FOUND, {"ids": list(session_ids)}))
             for sid in sorted(session_ids - found):
-                raise UnknownSession(sid) from exc
-            raise StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
+                raise errors.UnknownSession(sid) from exc
+            raise errors.StepConflict(f"a step with the same (session, index) is already stored: {exc.orig}") from exc
 
-    def _step_row(self, step: StepRecord) -> dict[str, Any]:
+    def _step_row(self, step: records.StepRecord) -> dict[str, Any]:
         """The ``steps`` row of ``step``: the messages it shares with an earlier step left out (store/history.py),
         inline images stored apart (store/blobs.py)."""
         shared, sent, seen = self._histories.split(step)
@@ -366,21 +351,21 @@ class TraceStore:
         values["shared_history"] = shared
         return values
 
-    def last_step(self, session_id: str) -> StepRecord | None:
+    def last_step(self, session_id: str) -> records.StepRecord | None:
         with self._read() as db:
             row = db.scalar(select(StepRow).where(StepRow.session_id == session_id).order_by(StepRow.index.desc()).limit(1))
             if row is None or row.shared_history is None:
-                return None if row is None else StepRecord.from_row(row)
+                return None if row is None else records.StepRecord.from_row(row)
             rows = list(db.scalars(select(StepRow).where(StepRow.session_id == session_id, StepRow.index <= row.index)
                                    .order_by(StepRow.index)))  # its history: the steps it shares messages with
-            records = [StepRecord.from_row(r) for r in rows]
-            restore_histories(records, [r.shared_history for r in rows])
-            return records[-1]
+            history = [records.StepRecord.from_row(r) for r in rows]
+            restore_histories(history, [r.shared_history for r in rows])
+            return history[-1]
 
     def attach_feedback(self, session_id: str, index: int, messages: list[Any], ids: Sequence[int] | None) -> None:
         """Record e_t of step ``index``: the new messages (and their token ids) that followed it."""
         messages = externalize_images(messages, self.images)
-        record = FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)
+        record = records.FeedbackRecord(session_id, index, messages, list(ids) if ids is not None else None)
         self._writes.transaction(lambda conn: attach_feedback(conn, [record]), wait=True)
 
     # -- rewards -----------------------------------------------------------------------------
@@ -388,9 +373,10 @@ class TraceStore:
     def add_reward(
         self, session_id: str, value: float, *, name: str = "reward", step: int | None = None, source: str = "agent"
     ) -> None:
-        self.add_rewards([RewardRecord(session_id=session_id, value=value, name=name, step_index=step, source=source)])
+        self.add_rewards([records.RewardRecord(session_id=session_id, value=value, name=name, step_index=step,
+                                               source=source)])
 
-    def add_rewards(self, rewards: Sequence[RewardRecord]) -> None:
+    def add_rewards(self, rewards: Sequence[records.RewardRecord]) -> None:
         """Store ``rewards`` in one transaction: all of them, or none if one names an unknown session or
         step. Checked and inserted by id with Core statements, not ORM objects: the gateway adds a reward
         (and its anchor) per environment step, and loading each session row was most of that cost."""
@@ -402,12 +388,12 @@ class TraceStore:
         with self._writes.orm() as db:
             for session_id in dict.fromkeys(r.session_id for r in rewards):
                 if db.scalar(select(SessionRow.id).where(SessionRow.id == session_id)) is None:
-                    raise UnknownSession(session_id)
+                    raise errors.UnknownSession(session_id)
             for session_id, index in dict.fromkeys((r.session_id, r.step_index) for r in rewards
                                                    if r.step_index is not None):
                 if db.scalar(select(StepRow.id).where(StepRow.session_id == session_id,
                                                       StepRow.index == index)) is None:
-                    raise UnknownStep(session_id, index)
+                    raise errors.UnknownStep(session_id, index)
             db.execute(insert(RewardRow), [{"session_id": r.session_id, "value": float(r.value), "name": r.name,
                                             "step_index": r.step_index, "source": r.source} for r in rewards])
 
@@ -422,7 +408,7 @@ class TraceStore:
         max_policy_version: int | None = None,
         steps: bool = True,
         chunk_size: int = 64,
-    ) -> Iterator[SessionRecord]:
+    ) -> Iterator[records.SessionRecord]:
         """Stream sessions ordered by task group, ``chunk_size`` sessions in memory at a time."""
         statuses = list(statuses)
         for s in statuses:
@@ -445,13 +431,13 @@ class TraceStore:
                 rows = db.execute(query).all()
                 if not rows:
                     return
-                records = self._load_sessions(db, [r[0] for r in rows], steps=steps)
+                chunk = self._load_sessions(db, [r[0] for r in rows], steps=steps)
             after = (rows[-1][1], rows[-1][0].id)
-            yield from records
+            yield from chunk
 
-    def iter_groups(self, run_id: str | None, **filters: Any) -> Iterator[list[SessionRecord]]:
+    def iter_groups(self, run_id: str | None, **filters: Any) -> Iterator[list[records.SessionRecord]]:
         """Stream the sessions of a run as task groups (sessions without a group are their own)."""
-        group: list[SessionRecord] = []
+        group: list[records.SessionRecord] = []
         key: str | None = None
         for record in self.iter_sessions(run_id, **filters):
             record_key = record.group_id or record.id
@@ -465,15 +451,15 @@ class TraceStore:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def _load_sessions(self, db: Session, rows: list[SessionRow], *, steps: bool) -> list[SessionRecord]:
+    def _load_sessions(self, db: Session, rows: list[SessionRow], *, steps: bool) -> list[records.SessionRecord]:
         ids = [r.id for r in rows]
         if not ids:
             return []
-        rewards: dict[str, list[RewardRecord]] = {i: [] for i in ids}
+        rewards: dict[str, list[records.RewardRecord]] = {i: [] for i in ids}
         for rw in db.scalars(select(RewardRow).where(RewardRow.session_id.in_(ids)).order_by(RewardRow.id)):
             rewards[rw.session_id].append(
-                RewardRecord(session_id=rw.session_id, value=rw.value, name=rw.name, step_index=rw.step_index,
-                             source=rw.source, created_at=rw.created_at)
+                records.RewardRecord(session_id=rw.session_id, value=rw.value, name=rw.name,
+                                     step_index=rw.step_index, source=rw.source, created_at=rw.created_at)
             )
         step_rows: dict[str, list[StepRow]] = {i: [] for i in ids}
         counts: dict[str, int] = {}
@@ -486,15 +472,15 @@ class TraceStore:
             ).all())
         out = []
         for r in rows:
-            records = [StepRecord.from_row(s) for s in step_rows[r.id]]
-            restore_histories(records, [s.shared_history for s in step_rows[r.id]])
-            superseded = superseded_steps(records)
-            for record in records:
+            loaded = [records.StepRecord.from_row(s) for s in step_rows[r.id]]
+            restore_histories(loaded, [s.shared_history for s in step_rows[r.id]])
+            superseded = records.superseded_steps(loaded)
+            for record in loaded:
                 record.superseded_by = superseded.get(record.index)
-            session = SessionRecord(
+            session = records.SessionRecord(
                 id=r.id, run_id=r.run_id, task_id=r.task_id, group_id=r.group_id, status=r.status,
                 policy_version=r.policy_version, metadata=r.meta, error=r.error, created_at=r.created_at,
-                finished_at=r.finished_at, steps=records,
+                finished_at=r.finished_at, steps=loaded,
                 n_steps=len(step_rows[r.id]) if steps else counts.get(r.id, 0),
             )
             session.apply_rewards(rewards[r.id])
