@@ -23,7 +23,8 @@ a load above the core count means the numbers are lower bounds). --baseline adds
 
 ``--contend 0 1`` runs everything once per condition: with 0, then 1 competing busy process that the bench
 itself starts for the duration of that condition's runs (a pure-Python busy loop, as another program on the
-same laptop would be: an agent, a tool, a test run), so the engine and ``generate`` meet the same machine.
+same laptop would be: an agent, a tool, a test run), so the engine and ``generate`` meet the same machine;
+``--busy-nice 15`` runs them niced (a background build, a ``nice``d test run).
 ``--threads 0`` (the default) leaves the engine's CPU threads to the engine (``cpu_threads.py``) and
 ``generate`` on torch's default.
 """
@@ -123,8 +124,8 @@ def follow_up(tokenizer: Any, turn: int) -> list[int]:
 
 async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tokens: int,
                        system_tokens: int = 0) -> dict[str, float]:
-    """``sessions`` concurrent sessions of ``turns`` turns each on ``backend`` (whose own ``base``
-    module ``module`` provides the request types)."""
+    """``sessions`` concurrent sessions of ``turns`` turns each on ``backend``, whose request types ``module``
+    provides (:func:`vocabulary_of`)."""
     tokenizer = engine_of(backend).tokenizer
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
@@ -181,18 +182,20 @@ def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0
             "load": load, "threads": torch.get_num_threads()}
 
 
-def busy_loop() -> None:
-    """A process that keeps one core busy until it is killed (the competing program of ``--contend``)."""
+def busy_loop(niceness: int = 0) -> None:
+    """A process that keeps one core busy until it is killed (the competing program of ``--contend``), at
+    ``niceness`` (``--busy-nice``: a background build or a ``nice``d test run)."""
+    os.nice(niceness)
     n = 0
     while True:
         n = (n + 1) % 1_000_003
 
 
 @contextlib.contextmanager
-def contention(processes: int) -> Iterator[None]:
-    """``processes`` busy-loop processes running inside the block."""
+def contention(processes: int, niceness: int = 0) -> Iterator[None]:
+    """``processes`` busy-loop processes running inside the block, at ``niceness``."""
     context = multiprocessing.get_context("spawn")
-    busy = [context.Process(target=busy_loop, daemon=True) for _ in range(processes)]
+    busy = [context.Process(target=busy_loop, args=(niceness,), daemon=True) for _ in range(processes)]
     for process in busy:
         process.start()
     try:
@@ -216,6 +219,13 @@ def start(module: Any, args: argparse.Namespace, **options: Any) -> Any:
     return backend
 
 
+def vocabulary_of(module: Any) -> Any:
+    """The module whose request types (``GenerateRequest``, ``SamplingParams``) the backend ``module`` takes: its
+    package's ``base`` up to issue 38, ``agentr1.core.generation`` since."""
+    base = importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".base")
+    return base if hasattr(base, "SamplingParams") else importlib.import_module("agentr1.core.generation")
+
+
 def engine_of(backend: Any) -> Any:
     """What holds the model, the tokenizer and the CPU threads: the engine (since issue 38), else the backend."""
     return getattr(backend, "engine", backend)
@@ -233,6 +243,7 @@ async def main() -> None:
                         help="torch CPU threads of the engines and generate (0: the engine's choice, torch's default)")
     parser.add_argument("--contend", type=int, nargs="+", default=[0],
                         help="conditions: this many competing busy processes started by the bench (0 1: quiet, then one)")
+    parser.add_argument("--busy-nice", type=int, default=0, help="the nice value of the competing busy processes")
     parser.add_argument("--system-tokens", type=int, default=0, help="a shared system message of about N tokens")
     parser.add_argument("--before", default="", help="also run the local engine of this git commit")
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
@@ -256,14 +267,14 @@ async def main() -> None:
         options[name] = {"dtype": "bfloat16", **({"exact": False} if args.inexact else {})}
     if args.before:
         engines = {f"local @ {args.before}": engine_at(args.before), **engines}
-    base = {name: importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".base")
-            for name, module in engines.items()}
+    base = {name: vocabulary_of(module) for name, module in engines.items()}
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{args.threads or torch.get_num_threads()}; {args.turns} turn(s) x up to {args.tokens} tokens per session"
-          f"{f', a shared system message of {args.system_tokens} tokens' if args.system_tokens else ''}")
+          f"{f', a shared system message of {args.system_tokens} tokens' if args.system_tokens else ''}"
+          f"{f'; busy processes at nice {args.busy_nice}' if args.busy_nice else ''}")
     results: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for busy in args.contend:
-        with contention(busy):
+        with contention(busy, args.busy_nice):
             for _ in range(args.repeat):
                 for name, module in engines.items():
                     backend = start(module, args, **options.get(name, {}))  # under the condition: it may look

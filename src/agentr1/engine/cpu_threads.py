@@ -1,11 +1,12 @@
-"""How many CPU threads the embedded engine's torch ops use: one per core that other work leaves free, chosen
-again every second while the engine runs (:class:`CpuThreads`, used by the CPU worker in ``engine.py``).
+"""How many CPU threads the embedded engine's torch ops use: at most one per core that other work leaves free,
+counted again every second while the engine runs, and among those counts the one whose decode steps run fastest
+(``thread_tuner.py``) (:class:`CpuThreads`, used by the CPU worker in ``engine.py``).
 
 Why: a forward's parallel regions end on a barrier that waits for every one of its threads. With torch's default
 (one thread per core) and one other busy process on a 2-core laptop, one engine thread shares its core with that
 process, every region waits for it, and the waiting thread spins a core of its own: the engine made 7-9 tokens/s at
 16 sessions where ``model.generate`` made 62-65 (issue 41). With one thread per *free* core there is no such wait;
-on a quiet machine the engine keeps every core.
+on a quiet machine the engine may use every core, and does where that is faster.
 
 What counts as other work: everything the machine's cores ran (``/proc/stat``, the cores this process may use)
 minus the engine's own threads (the worker and the OpenMP threads it starts, which inherit its name:
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .thread_tuner import ThreadTuner
 
 __all__ = ["CpuThreads", "busy_ticks", "threads_for", "usable_cores"]
 
@@ -119,9 +122,10 @@ class _Sample:
 
 
 class CpuThreads:
-    """The engine worker's torch threads: ``fixed`` if given, else (with ``choose``: on the CPU) :func:`threads_for`
-    the cores other work leaves free, measured over the last second, else torch's default. :meth:`start` and
-    :meth:`adjust` run on the worker thread."""
+    """The engine worker's torch threads: ``fixed`` if given, else (with ``choose``: on the CPU) at most
+    :func:`threads_for` the cores other work leaves free (:attr:`ceiling`, measured over the last second), the
+    fastest of those counts for decode steps (:meth:`for_decode`, :meth:`record_decode`), else torch's default. All
+    methods run on the worker thread."""
 
     def __init__(self, fixed: int | None = None, *, choose: bool = True) -> None:
         self.fixed = fixed
@@ -131,6 +135,8 @@ class CpuThreads:
         self._cpus: set[int] = set()
         self._last: _Sample | None = None
         self._above_niced_work = _runs_at_normal_priority()
+        self.ceiling = self.threads
+        self._tuner: ThreadTuner | None = None  # set once /proc lets the free cores be counted
 
     def start(self) -> None:
         """Name the worker thread (before its first parallel region starts OpenMP threads) and choose."""
@@ -147,7 +153,24 @@ class CpuThreads:
             return  # not Linux: torch's default
         self._last = self._sample()
         time.sleep(FIRST_LOOK_S)
+        self._tuner = ThreadTuner()
         self.adjust(force=True)
+
+    def for_decode(self, rows: int) -> int:
+        """Set and return the threads of the next decode step of ``rows`` rows."""
+        if self._tuner is not None:
+            self._use(self._tuner.choose(rows, self.ceiling))
+        return self.threads
+
+    def record_decode(self, rows: int, seconds: float) -> None:
+        """The decode step set up by :meth:`for_decode` took ``seconds``."""
+        if self._tuner is not None:
+            self._tuner.record(rows, self.threads, seconds)
+
+    def _use(self, threads: int) -> None:
+        if threads != self.threads:
+            torch.set_num_threads(threads)
+            self.threads = threads
 
     def _sample(self) -> _Sample | None:
         machine = _machine_busy_s(self._cpus, count_nice=not self._above_niced_work)
@@ -156,7 +179,8 @@ class CpuThreads:
         return _Sample(time.monotonic(), machine, _team_cpu_s(ENGINE_THREAD_NAME.decode()))
 
     def adjust(self, *, force: bool = False) -> int:
-        """Choose again if a second has passed (or ``force``); returns the threads in use."""
+        """Count the free cores again if a second has passed (or ``force``); returns the threads in use (no more
+        than that count)."""
         last = self._last
         if last is None or (not force and time.monotonic() - last.at < RECHECK_S):
             return self.threads
@@ -165,10 +189,12 @@ class CpuThreads:
         elapsed = now.at - last.at
         others = ((now.machine_s - last.machine_s) - (now.team_s - last.team_s)) / elapsed if elapsed > 0 else 0.0
         self._last = now
-        threads = threads_for(self.cores, others)
-        if threads != self.threads or force:
-            log.debug("local engine: %d CPU thread(s) (other work kept %.2f of %d cores busy)", threads, others,
+        ceiling = threads_for(self.cores, others)
+        if ceiling != self.ceiling or force:
+            log.debug("local engine: up to %d CPU thread(s) (other work kept %.2f of %d cores busy)", ceiling, others,
                       self.cores)
-            torch.set_num_threads(threads)
-            self.threads = threads
-        return threads
+            self.ceiling = ceiling
+        if force or self.threads > ceiling:
+            torch.set_num_threads(ceiling)
+            self.threads = ceiling
+        return self.threads

@@ -11,10 +11,10 @@ around a weight update, so each response is sampled by one policy version. A ful
 engine that is not started answers :class:`~agentr1.core.BackendUnavailable`.
 
 Options (:class:`~.options.EngineOptions`). CPU threads: ``num_threads`` fixes the worker's torch threads; by
-default (None) the worker uses one per core that other work leaves free, chosen again every second
-(``cpu_threads.py``): all cores on an idle machine, fewer beside busy processes (with torch's default 2 threads and
-one busy process on 2 cores the engine fell to 0.11-0.15x ``model.generate``, issue 41). :attr:`Engine.cpu_threads`
-is the number in use.
+default (None) the worker uses at most one per core that other work leaves free, counted again every second
+(``cpu_threads.py``; with torch's default 2 threads and one busy process on 2 cores the engine fell to 0.11-0.15x
+``model.generate``, issue 41), and of those counts the one its decode steps run fastest on (``thread_tuner.py``).
+:attr:`Engine.cpu_threads` is the number in use.
 
 The batch (``batch.py``) keeps every request in a slot of a static KV cache, samples all rows at once on the
 device, replays decode steps from CUDA graphs on a GPU (``cuda_graphs``) and reuses the cached prefixes of earlier
@@ -352,6 +352,9 @@ class Engine:
                     self._idle.clear()
             if admitted or batch.rows:
                 self._threads.adjust()
+            decoding = 0 if admitted else len(batch.rows)  # a decode step alone: timed for the thread choice
+            if decoding:
+                self._threads.for_decode(decoding)
             started = time.perf_counter()
             try:
                 with self._model_lock, torch.inference_mode():
@@ -366,6 +369,8 @@ class Engine:
             self.stats.busy_s += elapsed
             if admitted:
                 self._admission.record(elapsed)
+            elif decoding:
+                self._threads.record_decode(decoding, elapsed)
         self._shutdown(batch)
 
     def _await_burst(self) -> None:
