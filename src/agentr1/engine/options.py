@@ -21,7 +21,7 @@ class EngineOptions:
     max_batch_size: int = 32  # rows decoded together
     max_context: int | None = None  # prompt + completion tokens (None: the model's max_position_embeddings)
     max_queue: int = 4096  # requests waiting for the batch at most (more are refused: BackendUnavailable)
-    num_threads: int | None = None  # CPU threads of the worker's torch ops (None: one per core other work leaves free)
+    num_threads: int | None = None  # the worker's torch threads (None: the fastest count up to the free cores)
     prefix_cache: bool = True  # reuse the cached prefixes of earlier prompts
     cache_bytes: int | None = None  # the KV cache's bound (None: a quarter of the free GPU memory, 1 GiB on the CPU)
     exact: bool | None = None  # bit-exact prefix reuse: one chunk per row and prefill forward (None: on the CPU)
