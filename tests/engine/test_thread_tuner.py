@@ -1,89 +1,70 @@
-"""The engine's thread choice by timing its decode steps (``agentr1/engine/thread_tuner.py``): the step times
-are given (a machine where one count is faster, then one where the other is), the clock is the test's."""
+"""The engine's thread count chosen by timing a forward on each count at start (``agentr1/engine/thread_tuner.py``,
+``CpuThreads.calibrate``): forwards that really take longer on one count than on another, and the real engine."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+import threading
+import time
 
 import pytest
+import torch
 
-from agentr1.engine.thread_tuner import RETRY_MAX_S, ThreadTuner, rows_bucket
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from agentr1.engine import cpu_threads
+from agentr1.engine.cpu_threads import CpuThreads, usable_cores
+from agentr1.engine.thread_tuner import TIMED, fastest_threads
 
 
-def run_steps(tuner: ThreadTuner, clock: Clock, steps: int, rows: int, ceiling: int,
-              step_s: Callable[[int], float]) -> list[int]:
-    """``steps`` decode steps of ``rows`` rows, each taking ``step_s(threads)``; the counts used."""
-    used = []
-    for _ in range(steps):
-        threads = tuner.choose(rows, ceiling)
-        seconds = step_s(threads)
-        clock.now += seconds
-        tuner.record(rows, threads, seconds)
-        used.append(threads)
-    return used
+def forward_taking(seconds_by_count: dict[int, float]) -> tuple[object, list[int]]:
+    """A forward that sleeps as long as ``seconds_by_count`` says for the current torch thread count; the counts it
+    ran on."""
+    ran: list[int] = []
+
+    def forward() -> None:
+        n = torch.get_num_threads()
+        ran.append(n)
+        time.sleep(seconds_by_count[n])
+
+    return forward, ran
 
 
-@pytest.mark.parametrize(("rows", "bucket"), [(1, 1), (2, 2), (3, 4), (16, 16), (17, 32)])
-def test_rows_bucket(rows: int, bucket: int) -> None:
-    assert rows_bucket(rows) == bucket
+@pytest.mark.parametrize(("seconds", "best"), [({1: 0.01, 2: 0.03}, 1), ({1: 0.03, 2: 0.01}, 2)])
+def test_the_fastest_count_is_chosen(seconds: dict[int, float], best: int) -> None:
+    default = torch.get_num_threads()
+    forward, ran = forward_taking(seconds)
+    try:
+        chosen, medians = fastest_threads(forward, [1, 2], torch.set_num_threads)
+    finally:
+        torch.set_num_threads(default)
+    assert chosen == best
+    assert ran == [1] * (TIMED + 1) + [2] * (TIMED + 1)  # one untimed forward, then the timed ones, per count
+    assert medians[1] == pytest.approx(seconds[1], abs=0.008) and medians[2] == pytest.approx(seconds[2], abs=0.008)
 
 
-@pytest.mark.parametrize("faster", [1, 2])
-def test_the_faster_count_is_kept(faster: int) -> None:
-    """Whichever count runs the steps faster is used for nearly all of them; the other is only tried now and then."""
-    clock = Clock()
-    tuner = ThreadTuner(clock)
-    used = run_steps(tuner, clock, 200, 16, 2, lambda n: 0.1 if n == faster else 0.3)
-    assert used[-150:].count(faster) >= 145
-    assert tuner.fastest(16) == {1: pytest.approx(0.1 if faster == 1 else 0.3),
-                                 2: pytest.approx(0.1 if faster == 2 else 0.3)}
+@pytest.mark.skipif(usable_cores() < 2, reason="needs 2 cores to choose between counts")
+def test_calibration_is_used_and_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CpuThreads uses the fastest count; a second engine of the same model in the process reuses the timings."""
+    monkeypatch.setattr(cpu_threads, "_CALIBRATED", {})
+    slow_on_two = {n: (0.005 if n == 1 else 0.02) for n in range(1, usable_cores() + 1)}
+    results: dict[str, object] = {}
 
+    def run() -> None:
+        threads = CpuThreads()
+        threads.start()
+        threads.ceiling = 2  # (as if two cores were free: the machine running this test may be busy)
+        forward, ran = forward_taking(slow_on_two)
+        results["chosen"] = threads.calibrate(forward, key="model")
+        again = CpuThreads()
+        again.start()
+        again.ceiling = 2
+        results["again"] = again.calibrate(forward, key="model")
+        results["forwards"] = len(ran)
+        results["in use"] = (threads.threads, torch.get_num_threads())
 
-def test_a_loser_is_tried_less_often_each_time_it_loses() -> None:
-    clock = Clock()
-    tuner = ThreadTuner(clock)
-    used = run_steps(tuner, clock, 2000, 16, 2, lambda n: 0.05 if n == 1 else 0.2)  # 100+ s of steps
-    tries = [i for i, n in enumerate(used) if n == 2]
-    gaps = [b - a for a, b in itertools.pairwise(tries)]
-    assert gaps == sorted(gaps) and gaps[-1] * 0.05 >= RETRY_MAX_S * 0.9  # backing off up to the longest wait
-    assert len(tries) <= 12
-
-
-def test_a_change_of_the_machine_is_followed() -> None:
-    """One thread wins while the second core is slow; once it is fast, two threads take over within seconds."""
-    clock = Clock()
-    tuner = ThreadTuner(clock)
-    run_steps(tuner, clock, 100, 16, 2, lambda n: 0.1 if n == 1 else 0.4)
-    used = run_steps(tuner, clock, 400, 16, 2, lambda n: 0.1 if n == 1 else 0.05)
-    last_on_one = max(i for i, n in enumerate(used) if n == 1)
-    assert used[last_on_one + 1:] == [2] * (400 - last_on_one - 1)
-    assert 0.1 * last_on_one <= RETRY_MAX_S + 2  # found within the longest wait between tries
-
-
-def test_counts_above_the_ceiling_are_not_used() -> None:
-    clock = Clock()
-    tuner = ThreadTuner(clock)
-    used = run_steps(tuner, clock, 100, 8, 1, lambda n: 0.1)
-    assert set(used) == {1}
-    used = run_steps(tuner, clock, 100, 8, 4, lambda n: 0.4 / n)  # four cores free: four threads are fastest
-    assert used[-20:] == [4] * 20
-
-
-def test_batch_sizes_are_judged_apart() -> None:
-    """One thread is faster for one row, two for sixteen: each bucket keeps its own."""
-    clock = Clock()
-    tuner = ThreadTuner(clock)
-    for _ in range(100):
-        run_steps(tuner, clock, 1, 1, 2, lambda n: 0.02 if n == 1 else 0.04)
-        run_steps(tuner, clock, 1, 16, 2, lambda n: 0.2 if n == 1 else 0.1)
-    best = {rows: min(tuner.fastest(rows), key=tuner.fastest(rows).__getitem__) for rows in (1, 16)}
-    assert best == {1: 1, 16: 2}
+    default = torch.get_num_threads()
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    torch.set_num_threads(default)
+    assert results["chosen"] == 1 and results["again"] == 1
+    assert results["forwards"] == 2 * (TIMED + 1)  # timed once, for both engines
+    assert results["in use"] == (1, 1)

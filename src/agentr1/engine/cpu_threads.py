@@ -1,6 +1,6 @@
 """How many CPU threads the embedded engine's torch ops use: at most one per core that other work leaves free,
-counted again every second while the engine runs, and among those counts the one whose decode steps run fastest
-(``thread_tuner.py``) (:class:`CpuThreads`, used by the CPU worker in ``engine.py``).
+counted again every second while the engine runs, and of those counts the one a decode-sized forward ran fastest
+on when the engine started (``thread_tuner.py``) (:class:`CpuThreads`, used by the CPU worker in ``engine.py``).
 
 Why: a forward's parallel regions end on a barrier that waits for every one of its threads. With torch's default
 (one thread per core) and one other busy process on a 2-core laptop, one engine thread shares its core with that
@@ -24,12 +24,13 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .thread_tuner import ThreadTuner
+from .thread_tuner import fastest_threads
 
 __all__ = ["CpuThreads", "busy_ticks", "threads_for", "usable_cores"]
 
@@ -39,6 +40,7 @@ RECHECK_S = 1.0  # how often the choice is made again while the engine runs
 FIRST_LOOK_S = 0.25  # how long the machine is watched before the first choice
 ENGINE_THREAD_NAME = b"agentr1-engine"  # the worker's OS name (15 bytes at most), inherited by its OpenMP threads
 _PR_SET_NAME = 15  # prctl option, <linux/prctl.h>
+_CALIBRATED: dict[tuple[Hashable, int], tuple[int, dict[int, float]]] = {}  # CpuThreads.calibrate's, per process
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -123,9 +125,9 @@ class _Sample:
 
 class CpuThreads:
     """The engine worker's torch threads: ``fixed`` if given, else (with ``choose``: on the CPU) at most
-    :func:`threads_for` the cores other work leaves free (:attr:`ceiling`, measured over the last second), the
-    fastest of those counts for decode steps (:meth:`for_decode`, :meth:`record_decode`), else torch's default. All
-    methods run on the worker thread."""
+    :func:`threads_for` the cores other work leaves free (:attr:`ceiling`, measured over the last second) and the
+    fastest of those counts at start (:meth:`calibrate`), else torch's default. All methods run on the worker
+    thread."""
 
     def __init__(self, fixed: int | None = None, *, choose: bool = True) -> None:
         self.fixed = fixed
@@ -136,7 +138,10 @@ class CpuThreads:
         self._last: _Sample | None = None
         self._above_niced_work = _runs_at_normal_priority()
         self.ceiling = self.threads
-        self._tuner: ThreadTuner | None = None  # set once /proc lets the free cores be counted
+        self.fastest: int | None = None  # the fastest count up to `calibrated_up_to`, once calibrated
+        self.calibrated_up_to = 0
+        self.seconds: dict[int, float] = {}  # each count's forward at calibration (for logs and tests)
+        self._counting = False  # whether /proc lets the free cores be counted
 
     def start(self) -> None:
         """Name the worker thread (before its first parallel region starts OpenMP threads) and choose."""
@@ -153,19 +158,25 @@ class CpuThreads:
             return  # not Linux: torch's default
         self._last = self._sample()
         time.sleep(FIRST_LOOK_S)
-        self._tuner = ThreadTuner()
+        self._counting = True
         self.adjust(force=True)
 
-    def for_decode(self, rows: int) -> int:
-        """Set and return the threads of the next decode step of ``rows`` rows."""
-        if self._tuner is not None:
-            self._use(self._tuner.choose(rows, self.ceiling))
-        return self.threads
-
-    def record_decode(self, rows: int, seconds: float) -> None:
-        """The decode step set up by :meth:`for_decode` took ``seconds``."""
-        if self._tuner is not None:
-            self._tuner.record(rows, self.threads, seconds)
+    def calibrate(self, forward: Callable[[], object], key: Hashable) -> int:
+        """Time ``forward`` (a decode-sized forward of the engine's model) on each count up to the free cores and
+        keep the fastest (:func:`~.thread_tuner.fastest_threads`); returns the threads in use. Timings are kept for
+        the process's life under ``key`` (the model and the forward's shape) with the free cores' count: a second
+        engine of the same model in this process (a test run, an evaluation) does not time them again."""
+        if not self._counting or self.ceiling < 2:
+            return self.threads
+        known = _CALIBRATED.get((key, self.ceiling))
+        if known is None:
+            known = _CALIBRATED[(key, self.ceiling)] = fastest_threads(forward, range(1, self.ceiling + 1), self._use)
+        best, self.seconds = known
+        self.fastest, self.calibrated_up_to = best, self.ceiling
+        self._use(best)
+        log.info("local engine: %d CPU thread(s), the fastest of %s", best,
+                 ", ".join(f"{n}: {1000 * s:.0f} ms" for n, s in self.seconds.items()))
+        return best
 
     def _use(self, threads: int) -> None:
         if threads != self.threads:
@@ -179,8 +190,8 @@ class CpuThreads:
         return _Sample(time.monotonic(), machine, _team_cpu_s(ENGINE_THREAD_NAME.decode()))
 
     def adjust(self, *, force: bool = False) -> int:
-        """Count the free cores again if a second has passed (or ``force``); returns the threads in use (no more
-        than that count)."""
+        """Count the free cores again if a second has passed (or ``force``) and use the fastest count they allow;
+        returns the threads in use."""
         last = self._last
         if last is None or (not force and time.monotonic() - last.at < RECHECK_S):
             return self.threads
@@ -194,7 +205,10 @@ class CpuThreads:
             log.debug("local engine: up to %d CPU thread(s) (other work kept %.2f of %d cores busy)", ceiling, others,
                       self.cores)
             self.ceiling = ceiling
-        if force or self.threads > ceiling:
-            torch.set_num_threads(ceiling)
-            self.threads = ceiling
+        # the fastest count measured, while the free cores allow it; all of them where none was measured that high
+        wanted = ceiling if self.fastest is None or ceiling > self.calibrated_up_to else min(self.fastest, ceiling)
+        if force:
+            torch.set_num_threads(wanted)
+            self.threads = wanted
+        self._use(wanted)
         return self.threads

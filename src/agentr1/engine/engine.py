@@ -13,7 +13,8 @@ engine that is not started answers :class:`~agentr1.core.BackendUnavailable`.
 Options (:class:`~.options.EngineOptions`). CPU threads: ``num_threads`` fixes the worker's torch threads; by
 default (None) the worker uses at most one per core that other work leaves free, counted again every second
 (``cpu_threads.py``; with torch's default 2 threads and one busy process on 2 cores the engine fell to 0.11-0.15x
-``model.generate``, issue 41), and of those counts the one its decode steps run fastest on (``thread_tuner.py``).
+``model.generate``, issue 41), and of those counts the one a decode-sized forward ran fastest on at start
+(``thread_tuner.py``).
 :attr:`Engine.cpu_threads` is the number in use.
 
 The batch (``batch.py``) keeps every request in a slot of a static KV cache, samples all rows at once on the
@@ -61,6 +62,8 @@ from .weights import copy_into
 __all__ = ["Engine"]
 
 log = logging.getLogger(__name__)
+
+CALIBRATION_ROWS = 16  # rows of the forward timed to choose the CPU threads (a busy agent batch's size)
 
 
 def _pick_device(device: str) -> torch.device:
@@ -333,6 +336,7 @@ class Engine:
         assert batch is not None
         self._threads.start()
         self._warm_up()
+        self._choose_threads()
         while True:
             with self._cv:
                 while not self._stopping and not batch.rows and (self._is_paused() or not self._queue):
@@ -352,9 +356,6 @@ class Engine:
                     self._idle.clear()
             if admitted or batch.rows:
                 self._threads.adjust()
-            decoding = 0 if admitted else len(batch.rows)  # a decode step alone: timed for the thread choice
-            if decoding:
-                self._threads.for_decode(decoding)
             started = time.perf_counter()
             try:
                 with self._model_lock, torch.inference_mode():
@@ -369,8 +370,6 @@ class Engine:
             self.stats.busy_s += elapsed
             if admitted:
                 self._admission.record(elapsed)
-            elif decoding:
-                self._threads.record_decode(decoding, elapsed)
         self._shutdown(batch)
 
     def _await_burst(self) -> None:
@@ -396,6 +395,18 @@ class Engine:
                 )
         except Exception:
             log.exception("local engine: warm-up forward failed")
+
+    def _choose_threads(self) -> None:
+        """Time a decode-sized forward (one token in each of up to 16 rows, no cache) on each thread count the free
+        cores allow and keep the fastest (``thread_tuner.py``; CPU only, before the first row is served)."""
+        rows = max(1, min(CALIBRATION_ROWS, self.options.max_batch_size))
+        ids = torch.full((rows, 1), pad_token_id(self.tokenizer), device=self.device)
+        try:
+            with self._model_lock, torch.inference_mode():
+                self._threads.calibrate(lambda: self.model(input_ids=ids, logits_to_keep=1),
+                                        key=(str(self.model_path), str(self.dtype), rows))
+        except Exception:
+            log.exception("local engine: timing the CPU thread counts failed")
 
     def _shutdown(self, batch: BatchEngine) -> None:
         with self._model_lock:
