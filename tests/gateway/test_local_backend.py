@@ -338,8 +338,10 @@ def test_a_failing_forward_fails_only_its_batch(tiny_model_path, overlap):
         long_alone = gen(b, ids, max_new_tokens=40)
 
         async def prefill_fails() -> tuple[GenerateResult, BaseException]:
+            decoded = b.stats.decode_steps
             running = asyncio.ensure_future(b.generate(req(ids, max_new_tokens=40)))
-            await until(lambda: b.stats.prefill_passes > 1)
+            # armed once the running request decodes: an admission is counted when its (chunked) prefill starts
+            await until(lambda: b.stats.prefill_passes > 1 and b.stats.decode_steps > decoded)
             fail_on["prefill"] = True
             with pytest.raises(BackendError, match="injected prefill failure") as info:
                 await b.generate(req(prompt(b, "newcomer"), max_new_tokens=5))
