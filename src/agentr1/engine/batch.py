@@ -46,6 +46,7 @@ import torch
 
 from agentr1.core.generation import BackendError, GenerateResult
 
+from .fast_decode import fast_decode_for
 from .grammar import grammar_mask
 from .graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from .images import image_token_id, prompt_embeds, segment_inputs
@@ -116,6 +117,8 @@ class BatchEngine:
             # it compiles twice (one row, which torch specialises, and any other count), not once per shape
             self._decode_step = torch.compile(self._decode_forward, dynamic=True)
         self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and options.cuda_graphs else None
+        # on the CPU a Llama-family step runs as one flat function of the same operations (fast_decode.py)
+        self._fast = fast_decode_for(model) if not gpu and options.fast_decode and not options.compile else None
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._in_flight: _Step | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)
@@ -404,6 +407,8 @@ class BatchEngine:
         pos = self._pos[:batch]
         mask = (self._cols[:kv_len][None, :] <= pos[:, None])[:, None, None, :]
         self.cache.begin(self._slot_ids[:batch, None], pos[:, None], kv_len, None)
+        if self._fast is not None:
+            return self._fast(self._ids[:batch], pos[:, None], mask, self.cache)
         out = self.model(input_ids=self._ids[:batch], position_ids=pos[:, None], attention_mask=mask,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]

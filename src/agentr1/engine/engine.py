@@ -55,6 +55,7 @@ from .batch import BatchEngine
 from .cpu_threads import CpuThreads
 from .grammar import GrammarCache
 from .options import EngineOptions
+from .packed_linear import pack_linears, repack_linears
 from .rows import EngineStats, Row, end_token_ids, pad_token_id
 from .slot_cache import use_grouped_decode_attention
 from .weights import copy_into
@@ -152,6 +153,8 @@ class Engine:
             model = auto.from_pretrained(self.model_path, dtype=self.dtype, attn_implementation="sdpa")
             self.model = model.to(self.device).eval()
             use_grouped_decode_attention(self.model)
+            if self.device.type == "cpu" and self.options.packed_weights and not self.options.compile:
+                log.info("local backend: %d linear layers packed for oneDNN", pack_linears(self.model))
             # the worker's own copy (decode only): callers may use self.tokenizer meanwhile
             decoder = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
 
@@ -300,6 +303,7 @@ class Engine:
             if self.model is None:
                 raise BackendUnavailable("the local backend is not started", retry_after=5.0)
             copy_into(self.model, tensors)
+            repack_linears(self.model)
             self._policy_version = version
             if self.batch is not None:
                 self.batch.forget_prefixes()  # their keys and values came from the old weights
@@ -404,7 +408,7 @@ class Engine:
         try:
             with self._model_lock, torch.inference_mode():
                 self._threads.calibrate(lambda: self.model(input_ids=ids, logits_to_keep=1),
-                                        key=(str(self.model_path), str(self.dtype), rows))
+                                        key=(str(self.model_path), str(self.dtype), rows, self.options.packed_weights))
         except Exception:
             log.exception("local engine: timing the CPU thread counts failed")
 

@@ -28,4 +28,6 @@ class EngineOptions:
     cuda_graphs: bool = True  # replay decode steps from CUDA graphs on a GPU
     compile: bool = False  # run the decode step through torch.compile
     prefill_budget: int | None = None  # prompt tokens per prefill forward (None: 16,384 on a GPU, 1,024 on the CPU)
+    fast_decode: bool = True  # on the CPU, decode Llama/Qwen2 steps as one flat function (fast_decode.py)
+    packed_weights: bool = True  # on the CPU, multiply by weights packed once for oneDNN (packed_linear.py)
     overlap: bool | None = None  # queue each decode step before reading the previous one's tokens (None: on a GPU)

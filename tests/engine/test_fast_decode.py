@@ -1,0 +1,105 @@
+"""The CPU engine's flat decode step (fast_decode.py) and its oneDNN-packed products (packed_linear.py) change
+how fast a step runs, not what it samples: the same requests give the same ids and the same log-probability
+bits with the flat step on and off, on a Llama and a Qwen2 (biased q/k/v); the packed products stay within
+float32 rounding of the model's own and renew with the weights."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from agentr1.core.generation import GenerateRequest, SamplingParams
+from agentr1.engine import EngineOptions
+from agentr1.engine.fast_decode import unsupported_reason
+from agentr1.engine.packed_linear import PackedLinear, pack_linears, repack_linears
+from agentr1.gateway.backends import LocalBackend
+
+
+def run(path: Path, **options: Any) -> tuple[LocalBackend, list[tuple[list[int], list[float]]]]:
+    backend = LocalBackend(path, EngineOptions(device="cpu", dtype="float32", num_threads=1, max_batch_size=8,
+                                               **options))
+    backend.engine.start()
+    tok = backend.engine.tokenizer
+    settings = [dict(temperature=0.0), dict(temperature=1.0, seed=7), dict(temperature=0.8, top_p=0.9, seed=3)]
+    requests = [GenerateRequest(
+        prompt_ids=tok.encode(f"<|im_start|>user\nitem {i}: " + "and more " * i + "<|im_end|>\n<|im_start|>assistant\n",
+                              add_special_tokens=False),
+        sampling=SamplingParams(max_new_tokens=12 + i, **settings[i % 3])) for i in range(6)]
+
+    async def together() -> list[tuple[list[int], list[float]]]:
+        results = await asyncio.gather(*(backend.generate(r) for r in requests))
+        return [(r.output_ids, r.logprobs) for r in results]
+
+    return backend, asyncio.run(together())
+
+
+@pytest.mark.parametrize("model", ["tiny_model_path", "tiny_qwen_path"])
+def test_the_flat_decode_step_samples_the_same_bits_as_the_models_forward(model: str,
+                                                                         request: pytest.FixtureRequest) -> None:
+    path = request.getfixturevalue(model)
+    fast, with_flat = run(path)
+    plain, without = run(path, fast_decode=False)
+    try:
+        assert fast.engine.batch._fast is not None and plain.engine.batch._fast is None
+        assert with_flat == without  # ids and log-probabilities, bit for bit
+        assert sum(len(ids) for ids, _ in with_flat) > 60
+    finally:
+        asyncio.run(fast.close())
+        asyncio.run(plain.close())
+
+
+def test_models_the_flat_step_does_not_cover_say_why(tiny_vlm_path: Path) -> None:
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_path)
+    assert "Idefics3" in (unsupported_reason(model) or "")
+
+
+def test_packed_products_match_the_linear_layers_and_follow_new_weights() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 32, bias=False))
+    x = torch.randn(5, 64)
+    want = model(x)
+    assert pack_linears(model) == 2 and all(isinstance(m, PackedLinear) for m in (model[0], model[2]))
+    with torch.inference_mode():
+        assert torch.allclose(model(x), want, atol=1e-5)
+        for rows in (2, 3, 16):  # a row's result does not depend on how many rows share the product
+            batch = torch.randn(rows, 64)
+            assert torch.equal(model(batch)[:2], model(batch[:2]))
+    with torch.no_grad():
+        model[2].weight.mul_(2.0)
+    assert repack_linears(model) == 2
+    with torch.inference_mode():
+        assert torch.allclose(model(x), 2.0 * want, atol=1e-5)
+    assert "packed" not in "".join(model.state_dict())  # checkpoints and weight updates see the plain layers
+
+
+def test_a_weight_update_reaches_the_packed_products(tiny_model_path: Path) -> None:
+    backend, _ = run(tiny_model_path)
+    try:
+        model = backend.engine.model
+        assert isinstance(model.lm_head, PackedLinear)
+        tensors = {name: value * 0.5 if value.dim() == 2 else value for name, value in model.state_dict().items()}
+        tensors.pop("lm_head.weight", None)  # tied to the input embedding
+        backend.engine.update_weights(tensors)
+        tok = backend.engine.tokenizer
+        prompt = tok.encode("<|im_start|>user\nitem 0: <|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+        result = asyncio.run(backend.generate(GenerateRequest(prompt_ids=prompt, sampling=SamplingParams(
+            max_new_tokens=6, temperature=0.0))))
+        from transformers import AutoModelForCausalLM
+
+        reference = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+        reference.load_state_dict(tensors, strict=False)  # plain nn.Linear layers with the new weights
+        with torch.no_grad():
+            ids = torch.tensor([prompt + result.output_ids])
+            got, want = model(ids).logits[0], reference(ids).logits[0]
+        assert torch.allclose(got, want, atol=1e-4)  # the packed copies hold the new weights, not the old
+        assert not torch.allclose(want, reference.__class__.from_pretrained(tiny_model_path)(ids).logits[0], atol=1e-2)
+        assert result.output_ids[0] == int(want[len(prompt) - 1].argmax())
+    finally:
+        asyncio.run(backend.close())
