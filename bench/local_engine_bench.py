@@ -159,12 +159,28 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
     }
 
 
+_PLAIN_MODELS: dict[tuple[str, str], Any] = {}
+
+
+def plain_model(engine: Any) -> Any:
+    """The engine's model as ``from_pretrained`` gives it to a user of ``generate`` (loaded once per bench run): not
+    the engine's own, whose linear layers the engine packs for oneDNN on the CPU (``packed_linear.py``)."""
+    from transformers import AutoModelForCausalLM
+
+    key = (str(engine.model_path), str(engine.dtype))
+    if key not in _PLAIN_MODELS:
+        _PLAIN_MODELS[key] = AutoModelForCausalLM.from_pretrained(engine.model_path, dtype=engine.dtype).to(
+            engine.device).eval()
+    return _PLAIN_MODELS[key]
+
+
 def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0, threads: int = 0
                 ) -> dict[str, float]:
     """Plain ``model.generate`` on the first turn's prompts (one left-padded batch), on ``threads`` torch
-    threads (0: torch's default, what a user of ``generate`` gets)."""
+    threads (0: torch's default, what a user of ``generate`` gets), with the model as transformers loads it."""
     torch.set_num_threads(threads or DEFAULT_THREADS)
     engine = engine_of(backend)
+    model = plain_model(engine)
     batch = first_prompts(engine.tokenizer, sessions, system_tokens)
     width = max(len(p) for p in batch)
     pad = engine.tokenizer.pad_token_id
@@ -173,7 +189,7 @@ def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0
     load = os.getloadavg()[0]
     cpu, started = time.process_time(), time.perf_counter()
     with torch.inference_mode():
-        engine.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
                                do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     generated = sessions * tokens

@@ -6,6 +6,7 @@ float32 rounding of the model's own and renew with the weights."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -101,5 +102,26 @@ def test_a_weight_update_reaches_the_packed_products(tiny_model_path: Path) -> N
         assert torch.allclose(got, want, atol=1e-4)  # the packed copies hold the new weights, not the old
         assert not torch.allclose(want, reference.__class__.from_pretrained(tiny_model_path)(ids).logits[0], atol=1e-2)
         assert result.output_ids[0] == int(want[len(prompt) - 1].argmax())
+    finally:
+        asyncio.run(backend.close())
+
+
+def test_forward_hooks_on_the_model_see_every_step(tiny_model_path: Path) -> None:
+    """A hook registered on any of the model's modules (a probe, a fault injected by a test) runs at every forward,
+    decode steps included: the engine decodes through the model's forward while one is registered."""
+    backend, _ = run(tiny_model_path)
+    try:
+        calls: list[int] = []
+        handle = backend.engine.model.model.layers[0].mlp.register_forward_hook(
+            lambda module, args, out: calls.append(args[0].shape[1]))
+        before = dataclasses.replace(backend.stats)
+        tok = backend.engine.tokenizer
+        prompt = tok.encode("<|im_start|>user\nhooked<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+        result = asyncio.run(backend.generate(GenerateRequest(prompt_ids=prompt, sampling=SamplingParams(
+            max_new_tokens=8, temperature=0.0))))
+        handle.remove()
+        decode_steps = backend.stats.decode_steps - before.decode_steps
+        assert decode_steps == len(result.output_ids) - 1 >= 3
+        assert calls.count(1) == decode_steps  # one-token queries: every decode step ran through the module
     finally:
         asyncio.run(backend.close())

@@ -36,7 +36,7 @@ def test_the_fastest_count_is_chosen(seconds: dict[int, float], best: int) -> No
     finally:
         torch.set_num_threads(default)
     assert chosen == best
-    assert ran == [1] * (TIMED + 1) + [2] * (TIMED + 1)  # one untimed forward, then the timed ones, per count
+    assert ran == [1, 2] + [1, 2] * TIMED  # one untimed forward per count, then the timed ones round the counts
     assert medians[1] == pytest.approx(seconds[1], abs=0.008) and medians[2] == pytest.approx(seconds[2], abs=0.008)
 
 

@@ -407,7 +407,7 @@ class BatchEngine:
         pos = self._pos[:batch]
         mask = (self._cols[:kv_len][None, :] <= pos[:, None])[:, None, None, :]
         self.cache.begin(self._slot_ids[:batch, None], pos[:, None], kv_len, None)
-        if self._fast is not None:
+        if self._fast is not None and not self._fast.hooked():
             return self._fast(self._ids[:batch], pos[:, None], mask, self.cache)
         out = self.model(input_ids=self._ids[:batch], position_ids=pos[:, None], attention_mask=mask,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)

@@ -9,7 +9,8 @@ function, so its logits are the same bits as the model's forward (``tests/engine
 
 It covers the architectures the engine serves by default, ``LlamaForCausalLM`` (SmolLM2) and
 ``Qwen2ForCausalLM`` (Qwen2.5) without sliding-window layers, with SiLU MLPs; :func:`fast_decode_for` returns
-None for anything else, and the engine then decodes through the model's forward as before. Prefill forwards
+None for anything else, and the engine then decodes through the model's forward as before; so it does for a step
+while a forward hook is registered on any of the model's modules (:meth:`FastDecode.hooked`). Prefill forwards
 always go through the model's forward.
 """
 
@@ -89,6 +90,16 @@ class FastDecode:
         first = inner.layers[0].self_attn
         self.head_dim, self.scaling = first.head_dim, first.scaling
         self.layers = [self._layer(layer) for layer in inner.layers]
+        self.modules = list(model.modules())
+
+    def hooked(self) -> bool:
+        """Whether a forward hook is registered on the model or any of its modules (or globally): then only the
+        model's forward runs them (a fault injected by a test, a probe of activations), and the engine uses it."""
+        from torch.nn.modules import module
+
+        if module._global_forward_hooks or module._global_forward_pre_hooks:
+            return True
+        return any(m._forward_hooks or m._forward_pre_hooks for m in self.modules)
 
     @staticmethod
     def _layer(layer: Any) -> _Layer:
