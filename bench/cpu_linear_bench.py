@@ -3,12 +3,12 @@
     .venv/bin/python bench/cpu_linear_bench.py [--rows 16] [--threads 1] [--rounds 3]
 
 For each weight shape of the model (per layer: q, k/v, o, gate/up, down; then the tied lm_head over the
-49,152-token vocabulary) it times ``F.linear(x, W)`` (what the engine runs), ``x @ W.T`` on a transposed
-copy, and oneDNN with the weight reordered once (``torch.utils.mkldnn.to_mkldnn``), best of ``--rounds``;
-random float32 weights of the real shapes, 30 of each layer shape taken in turn (``--warm``: one, which
-stays in the caches). It prints GFLOP/s and the weight bytes read per
-second for each, and the time of one decode step's products (30 layers + lm_head) each way: at 16 rows a
-step reads every weight once, so bandwidth, not arithmetic, is what bounds it.
+49,152-token vocabulary) it times ``F.linear(x, W)`` (MKL: what ``generate`` and the engine
+ran before), ``x @ W.T`` on a transposed copy, and oneDNN with the weight reordered once (the engine's
+``PackedLinear``, ``engine/packed_linear.py``, what it runs on the CPU since 2026-12-05), best of ``--rounds``; random
+float32 weights of the real shapes, 30 of each layer shape taken in turn (``--warm``: one, which stays in the
+caches). It prints GFLOP/s and the weight bytes read per second for each, and the time of one decode step's products
+(30 layers + lm_head) each way.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.utils import mkldnn
+
+from agentr1.engine.packed_linear import pack_linears
 
 LAYERS = 30
 SHAPES = {"q": (576, 576), "k,v": (576, 192), "o": (576, 576), "gate,up": (576, 1536), "down": (1536, 576),
@@ -48,12 +49,13 @@ def time_product(rows: int, k: int, n: int, rounds: int, copies: int) -> dict[st
     for w in weights:
         layer = torch.nn.Linear(k, n, bias=False)
         layer.weight.data = w.clone()
-        packed.append(mkldnn.to_mkldnn(layer))
+        assert pack_linears(layer) == 1
+        packed.append(layer)
     reps = copies * (2 if n > 10_000 else 20)
     turn = itertools.count()
     return {"F.linear": best_time(lambda: F.linear(x, weights[next(turn) % copies]), reps, rounds),
             "x @ W.T": best_time(lambda: x @ transposed[next(turn) % copies], reps, rounds),
-            "oneDNN": best_time(lambda: packed[next(turn) % copies](x.to_mkldnn()).to_dense(), reps, rounds)}
+            "oneDNN": best_time(lambda: packed[next(turn) % copies](x), reps, rounds)}
 
 
 def main() -> None:

@@ -83,6 +83,8 @@ class PhaseResult:
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     cpu_s: float | None = None
+    client_cpu_s: float = 0.0  # this process (the clients) during the phase
+    backend_cpu_s: float = 0.0  # the instant backend during the phase
     stored: int | None = None
     session_urls: list[str] = field(default_factory=list)
 
@@ -96,6 +98,8 @@ class PhaseResult:
             merged.errors += p.errors
             merged.wall_s += p.wall_s
             merged.session_urls += p.session_urls
+            merged.client_cpu_s += p.client_cpu_s
+            merged.backend_cpu_s += p.backend_cpu_s
             if p.cpu_s is not None:
                 merged.cpu_s = (merged.cpu_s or 0.0) + p.cpu_s
         return merged
@@ -106,7 +110,12 @@ class PhaseResult:
                 "calls_per_s": round(self.answered / self.wall_s, 1) if self.wall_s else None,
                 "p50_ms": round(pct(self.latencies_ms, 0.5), 2), "p99_ms": round(pct(self.latencies_ms, 0.99), 2),
                 "cpu_ms_per_call": round(self.cpu_s * 1000 / self.answered, 2) if self.cpu_s and self.answered else None,
+                "client_cpu_ms_per_call": round(self.client_cpu_s * 1000 / self.answered, 2) if self.answered else None,
+                "backend_cpu_ms_per_call": round(self.backend_cpu_s * 1000 / self.answered, 2) if self.answered else None,
                 "stored": self.stored}
+
+
+BACKEND_PID: list[int] = []  # the instant backend's, once started (its CPU per call is reported beside the gateway's)
 
 
 async def run_phase(gw: Gateway, *, sessions: int, calls: int, max_tokens: int, tag: str,
@@ -138,6 +147,9 @@ async def run_phase(gw: Gateway, *, sessions: int, calls: int, max_tokens: int, 
                 result.answered += 1
 
         cpu_before = sum(proc.cpu_times()[:2]) if proc else 0.0
+        client, backend = psutil.Process(), psutil.Process(BACKEND_PID[0]) if BACKEND_PID else None
+        client_before = sum(client.cpu_times()[:2])
+        backend_before = sum(backend.cpu_times()[:2]) if backend else 0.0
         started = time.perf_counter()
         if concurrent:
             await asyncio.gather(*(session(i) for i in range(sessions)))
@@ -146,6 +158,8 @@ async def run_phase(gw: Gateway, *, sessions: int, calls: int, max_tokens: int, 
                 await session(i)
         result.wall_s = time.perf_counter() - started
         result.cpu_s = sum(proc.cpu_times()[:2]) - cpu_before if proc else None
+        result.client_cpu_s = sum(client.cpu_times()[:2]) - client_before
+        result.backend_cpu_s = sum(backend.cpu_times()[:2]) - backend_before if backend else 0.0
     return result
 
 
@@ -155,6 +169,7 @@ def start_backend(tmp: Path) -> tuple[str, Any]:
                          cwd=tmp, log=tmp / "backend.log", env={"HF_HUB_OFFLINE": "1"})
     url = f"http://127.0.0.1:{port}"
     wait_ready(f"{url}/health", proc)
+    BACKEND_PID[:] = [proc.pid]
     return url, proc
 
 
@@ -162,9 +177,9 @@ def table(results: dict[str, dict[str, Any]], labels: dict[str, str], sessions: 
     direct = results["direct"]
     rows = ["| gateway | added p50 ms (seq.) | added p99 ms (seq.) | calls/s at 1 session (vs direct) | "
             f"calls/s at {sessions} sessions (vs direct) | p50 / p99 ms at {sessions} | gateway CPU ms per call "
-            f"(seq. / {sessions}) | "
+            f"(seq. / {sessions}) | client / backend CPU ms per call at {sessions} | "
             "stored / answered | client errors |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         seq, conc = r["sequential"], r["concurrent"]
         added = (f"{seq['p50_ms'] - direct['sequential']['p50_ms']:+.2f}",
@@ -175,7 +190,8 @@ def table(results: dict[str, dict[str, Any]], labels: dict[str, str], sessions: 
         stored = "-" if seq["stored"] is None else f"{seq['stored'] + conc['stored']} / {answered}"
         cpu = "-" if seq["cpu_ms_per_call"] is None else f"{seq['cpu_ms_per_call']} / {conc['cpu_ms_per_call']}"
         rows.append(f"| {labels[name]} | {added[0]} | {added[1]} | {seq['calls_per_s']} ({ratio1:.2f}x) | "
-                    f"{conc['calls_per_s']} ({ratio64:.2f}x) | {conc['p50_ms']} / {conc['p99_ms']} | {cpu} | {stored} | "
+                    f"{conc['calls_per_s']} ({ratio64:.2f}x) | {conc['p50_ms']} / {conc['p99_ms']} | {cpu} | "
+                    f"{conc['client_cpu_ms_per_call']} / {conc['backend_cpu_ms_per_call']} | {stored} | "
                     f"{seq['errors'] + conc['errors']} |")
     return "\n".join(rows)
 

@@ -17,7 +17,8 @@ from torch import nn
 from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.engine import EngineOptions
 from agentr1.engine.fast_decode import unsupported_reason
-from agentr1.engine.packed_linear import PackedLinear, pack_linears, repack_linears
+from agentr1.engine.packed_linear import PackedLinear, pack_linears, packed_loaders, repack_linears
+from agentr1.engine.weights import copy_into, read_safetensors
 from agentr1.gateway.backends import LocalBackend
 
 
@@ -61,32 +62,43 @@ def test_models_the_flat_step_does_not_cover_say_why(tiny_vlm_path: Path) -> Non
     assert "Idefics3" in (unsupported_reason(model) or "")
 
 
-def test_packed_products_match_the_linear_layers_and_follow_new_weights() -> None:
+def test_packed_products_match_the_linear_layers_and_take_their_place() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 32, bias=False))
     x = torch.randn(5, 64)
-    want = model(x)
+    want = model(x).detach()
+    new = {name: value * 2.0 for name, value in model.state_dict().items()}
     assert pack_linears(model) == 2 and all(isinstance(m, PackedLinear) for m in (model[0], model[2]))
     with torch.inference_mode():
         assert torch.allclose(model(x), want, atol=1e-5)
         for rows in (2, 3, 16):  # a row's result does not depend on how many rows share the product
             batch = torch.randn(rows, 64)
             assert torch.equal(model(batch)[:2], model(batch[:2]))
-    with torch.no_grad():
-        model[2].weight.mul_(2.0)
-    assert repack_linears(model) == 2
+    # the packed copy replaces the weight: same shape for state_dict, one element of memory
+    assert model[0].released and model[0].weight.shape == (96, 64) and model[0].weight.untyped_storage().nbytes() == 4
+    assert all(torch.equal(model.state_dict()[k], v / 2.0) for k, v in new.items())  # unpacked: the same values
+    assert sorted(packed_loaders(model)) == ["0.weight", "2.weight"]
+    assert copy_into(model, new) == 3  # two packed from the new tensors, the bias copied
+    assert repack_linears(model) == 0  # nothing kept its weight
     with torch.inference_mode():
-        assert torch.allclose(model(x), 2.0 * want, atol=1e-5)
-    assert "packed" not in "".join(model.state_dict())  # checkpoints and weight updates see the plain layers
+        hidden = torch.relu(x @ new["0.weight"].T + new["0.bias"])
+        assert torch.allclose(model(x), hidden @ new["2.weight"].T, atol=1e-4)
+    model.load_state_dict({k: v / 2.0 for k, v in new.items()})  # load_state_dict packs too
+    with torch.inference_mode():
+        assert torch.allclose(model(x), want, atol=1e-5)
+    with pytest.raises(ValueError, match="shape"):
+        model[2].pack(torch.zeros(3, 3))
 
 
 def test_a_weight_update_reaches_the_packed_products(tiny_model_path: Path) -> None:
     backend, _ = run(tiny_model_path)
     try:
         model = backend.engine.model
-        assert isinstance(model.lm_head, PackedLinear)
-        tensors = {name: value * 0.5 if value.dim() == 2 else value for name, value in model.state_dict().items()}
-        tensors.pop("lm_head.weight", None)  # tied to the input embedding
+        assert isinstance(model.lm_head, PackedLinear) and not model.lm_head.released  # tied to the input embedding
+        assert model.model.layers[0].mlp.gate_proj.released
+        tensors = {name: value * 0.5 if value.dim() == 2 else value
+                   for name, value in read_safetensors(tiny_model_path).items()}
+        tensors.pop("lm_head.weight", None)
         backend.engine.update_weights(tensors)
         tok = backend.engine.tokenizer
         prompt = tok.encode("<|im_start|>user\nitem 0: <|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
@@ -95,12 +107,13 @@ def test_a_weight_update_reaches_the_packed_products(tiny_model_path: Path) -> N
         from transformers import AutoModelForCausalLM
 
         reference = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+        before = reference(torch.tensor([prompt])).logits[0].detach()
         reference.load_state_dict(tensors, strict=False)  # plain nn.Linear layers with the new weights
         with torch.no_grad():
             ids = torch.tensor([prompt + result.output_ids])
             got, want = model(ids).logits[0], reference(ids).logits[0]
         assert torch.allclose(got, want, atol=1e-4)  # the packed copies hold the new weights, not the old
-        assert not torch.allclose(want, reference.__class__.from_pretrained(tiny_model_path)(ids).logits[0], atol=1e-2)
+        assert not torch.allclose(want[: len(prompt)], before, atol=1e-2)
         assert result.output_ids[0] == int(want[len(prompt) - 1].argmax())
     finally:
         asyncio.run(backend.close())

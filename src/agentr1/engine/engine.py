@@ -55,7 +55,7 @@ from .batch import BatchEngine
 from .cpu_threads import CpuThreads
 from .grammar import GrammarCache
 from .options import EngineOptions
-from .packed_linear import pack_linears, repack_linears
+from .packed_linear import pack_linears
 from .rows import EngineStats, Row, end_token_ids, pad_token_id
 from .slot_cache import use_grouped_decode_attention
 from .weights import copy_into
@@ -303,7 +303,6 @@ class Engine:
             if self.model is None:
                 raise BackendUnavailable("the local backend is not started", retry_after=5.0)
             copy_into(self.model, tensors)
-            repack_linears(self.model)
             self._policy_version = version
             if self.batch is not None:
                 self.batch.forget_prefixes()  # their keys and values came from the old weights

@@ -38,10 +38,14 @@ def copy_into(model: Any, tensors: Mapping[str, torch.Tensor]) -> int:
     """Copy ``tensors`` into ``model``'s parameters in place; returns how many were copied.
 
     Every name must be one of the model's; every parameter must be given, except the output
-    embedding when it is tied to the input embedding. Checked before anything is copied."""
-    own = model.state_dict()
+    embedding when it is tied to the input embedding. Checked before anything is copied. A layer that keeps its weight
+    only packed (``packed_linear.py``) packs the new tensor instead; a tied one is re-packed after."""
+    from .packed_linear import packed_loaders, repack_linears
+
+    own = model.state_dict(keep_vars=True)
+    loaders = packed_loaders(model)
     unexpected = sorted(set(tensors) - set(own))
-    tied = getattr(model.config, "tie_word_embeddings", False)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
     missing = sorted(k for k in set(own) - set(tensors) if not (tied and k == "lm_head.weight"))
     if unexpected or missing:
         raise ValueError(
@@ -56,5 +60,9 @@ def copy_into(model: Any, tensors: Mapping[str, torch.Tensor]) -> int:
             )
     with torch.no_grad():
         for name, value in tensors.items():
-            own[name].copy_(value)
+            if name in loaders:
+                loaders[name](value)
+            else:
+                own[name].copy_(value)
+        repack_linears(model)
     return len(tensors)
