@@ -147,8 +147,8 @@ async def run_phase(gw: Gateway, *, sessions: int, calls: int, max_tokens: int, 
                 result.answered += 1
 
         cpu_before = sum(proc.cpu_times()[:2]) if proc else 0.0
-        client, backend = psutil.Process(), psutil.Process(BACKEND_PID[0]) if BACKEND_PID else None
-        client_before = sum(client.cpu_times()[:2])
+        clients, backend = psutil.Process(), psutil.Process(BACKEND_PID[0]) if BACKEND_PID else None
+        client_before = sum(clients.cpu_times()[:2])
         backend_before = sum(backend.cpu_times()[:2]) if backend else 0.0
         started = time.perf_counter()
         if concurrent:
@@ -158,7 +158,7 @@ async def run_phase(gw: Gateway, *, sessions: int, calls: int, max_tokens: int, 
                 await session(i)
         result.wall_s = time.perf_counter() - started
         result.cpu_s = sum(proc.cpu_times()[:2]) - cpu_before if proc else None
-        result.client_cpu_s = sum(client.cpu_times()[:2]) - client_before
+        result.client_cpu_s = sum(clients.cpu_times()[:2]) - client_before
         result.backend_cpu_s = sum(backend.cpu_times()[:2]) - backend_before if backend else 0.0
     return result
 
