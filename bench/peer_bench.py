@@ -19,7 +19,12 @@ in them); then ``--rounds`` rounds (3) of ``--sessions`` sessions x ``--calls`` 
 round running every gateway in turn in an order rotated from round to round (calls/s at 64
 sessions: all the rounds' calls over their time; p50/p99 over all their calls).
 Clients are plain ``httpx.AsyncClient`` pools (default keep-alive expiry, 5 s, as the OpenAI client),
-one per phase, sized to the sessions. A call that fails (transport error, non-200 status, an answer
+sized to the sessions: one for the sequential phase, and one in each of ``--client-processes`` processes (4; the
+sessions split between them, all starting at one moment) for the concurrent phase. One client process was the
+default until 2026-12-05: it saturated its core (0.97 of a core at 145 calls/s in front of agentr1, 6.65 ms of client
+CPU a call against 1.1 ms one call at a time), so calls/s at 64 sessions measured the client more than the gateways;
+``--client-processes 1`` runs it that way. The clients' and the backend's CPU per call are reported beside the
+gateway's. A call that fails (transport error, non-200 status, an answer
 without text) is counted as a client-side error and the session goes on. After the load, the calls
 each store holds for the measured sessions are counted (``stored``). The gateways' CPU time per
 answered call (psutil, user + system) is reported too. "added" is gateway minus direct.
@@ -29,11 +34,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,48 +126,113 @@ class PhaseResult:
 BACKEND_PID: list[int] = []  # the instant backend's, once started (its CPU per call is reported beside the gateway's)
 
 
+async def call_sessions(client: httpx.AsyncClient, urls: list[str], *, first: int, calls: int, max_tokens: int,
+                        tag: str, concurrent: bool, result: PhaseResult) -> None:
+    """``calls`` chat calls on each session of ``urls`` (named ``first``, ``first + 1``, ...): all sessions at once,
+    or one call at a time; answers, latencies and errors go to ``result``."""
+
+    async def session(i: int) -> None:
+        for call in range(calls):
+            body = {"model": "bench", "messages": conversation(f"{tag} session {first + i}", call),
+                    "max_tokens": max_tokens, "temperature": 1.0}
+            started = time.perf_counter()
+            try:
+                r = await client.post(f"{urls[i]}/chat/completions", json=body)
+                elapsed = (time.perf_counter() - started) * 1000
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+                if not r.json()["choices"][0]["message"]["content"]:
+                    raise RuntimeError("an answer without text")
+            except Exception as exc:  # counted: the run goes on
+                result.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            result.latencies_ms.append(elapsed)
+            result.answered += 1
+
+    if concurrent:
+        await asyncio.gather(*(session(i) for i in range(len(urls))))
+    else:
+        for i in range(len(urls)):
+            await session(i)
+
+
+def client_process(urls: list[str], first: int, calls: int, max_tokens: int, tag: str,
+                   start_at: float) -> tuple[dict[str, Any], float, float]:
+    """One of ``--client-processes`` client processes of the concurrent phase: its sessions from ``start_at``
+    (``time.time()``) on; returns its result's fields (its CPU seconds in ``client_cpu_s``; plain values, for the
+    parent), when it started and when it ended."""
+
+    async def run() -> tuple[dict[str, Any], float, float]:
+        result = PhaseResult(len(urls), len(urls) * calls)
+        limits = httpx.Limits(max_connections=len(urls) + 8, max_keepalive_connections=len(urls) + 8)
+        async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+            await asyncio.sleep(max(0.0, start_at - time.time()))
+            began, cpu = time.time(), time.process_time()
+            await call_sessions(client, urls, first=first, calls=calls, max_tokens=max_tokens, tag=tag,
+                                concurrent=True, result=result)
+            result.client_cpu_s = time.process_time() - cpu
+        return dataclasses.asdict(result), began, time.time()
+
+    return asyncio.run(run())
+
+
+def cpu_s(proc: psutil.Process | None) -> float:
+    return sum(proc.cpu_times()[:2]) if proc else 0.0
+
+
 async def run_phase(gw: Gateway, *, sessions: int, calls: int, max_tokens: int, tag: str,
-                    concurrent: bool) -> PhaseResult:
-    """``sessions`` x ``calls`` chat calls on ``gw``: all sessions at once, or one call at a time."""
+                    concurrent: bool, client_processes: int = 1) -> PhaseResult:
+    """``sessions`` x ``calls`` chat calls on ``gw``: all sessions at once (from ``client_processes`` processes,
+    the sessions split between them), or one call at a time."""
     result = PhaseResult(sessions, sessions * calls)
     limits = httpx.Limits(max_connections=sessions + 8, max_keepalive_connections=sessions + 8)
     proc = psutil.Process(gw.pid) if gw.pid else None
+    backend = psutil.Process(BACKEND_PID[0]) if BACKEND_PID else None
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
         urls = [await gw.open_session(client, f"{tag}-s{i}") for i in range(sessions)]
         result.session_urls = urls
-
-        async def session(i: int) -> None:
-            for call in range(calls):
-                body = {"model": "bench", "messages": conversation(f"{tag} session {i}", call),
-                        "max_tokens": max_tokens, "temperature": 1.0}
-                started = time.perf_counter()
-                try:
-                    r = await client.post(f"{urls[i]}/chat/completions", json=body)
-                    elapsed = (time.perf_counter() - started) * 1000
-                    if r.status_code != 200:
-                        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
-                    if not r.json()["choices"][0]["message"]["content"]:
-                        raise RuntimeError("an answer without text")
-                except Exception as exc:  # counted: the run goes on
-                    result.errors.append(f"{type(exc).__name__}: {exc}"[:300])
-                    continue
-                result.latencies_ms.append(elapsed)
-                result.answered += 1
-
-        cpu_before = sum(proc.cpu_times()[:2]) if proc else 0.0
-        clients, backend = psutil.Process(), psutil.Process(BACKEND_PID[0]) if BACKEND_PID else None
-        client_before = sum(clients.cpu_times()[:2])
-        backend_before = sum(backend.cpu_times()[:2]) if backend else 0.0
+        if concurrent and client_processes > 1:
+            return await run_in_processes(result, proc, backend, client_processes, calls=calls,
+                                          max_tokens=max_tokens, tag=tag)
+        before = cpu_s(proc), cpu_s(psutil.Process()), cpu_s(backend)
         started = time.perf_counter()
-        if concurrent:
-            await asyncio.gather(*(session(i) for i in range(sessions)))
-        else:
-            for i in range(sessions):
-                await session(i)
+        await call_sessions(client, urls, first=0, calls=calls, max_tokens=max_tokens, tag=tag,
+                            concurrent=concurrent, result=result)
         result.wall_s = time.perf_counter() - started
-        result.cpu_s = sum(proc.cpu_times()[:2]) - cpu_before if proc else None
-        result.client_cpu_s = sum(clients.cpu_times()[:2]) - client_before
-        result.backend_cpu_s = sum(backend.cpu_times()[:2]) - backend_before if backend else 0.0
+        result.cpu_s = cpu_s(proc) - before[0] if proc else None
+        result.client_cpu_s = cpu_s(psutil.Process()) - before[1]
+        result.backend_cpu_s = cpu_s(backend) - before[2]
+    return result
+
+
+START_AFTER_S = 4.0  # the client processes start (spawn, imports) before the first call: all begin together
+
+
+async def run_in_processes(result: PhaseResult, proc: psutil.Process | None, backend: psutil.Process | None,
+                           processes: int, *, calls: int, max_tokens: int, tag: str) -> PhaseResult:
+    """The concurrent phase from ``processes`` client processes (spawned), the sessions split between them in
+    blocks; the wall time runs from their common start to the last one's end."""
+    urls = result.session_urls
+    blocks = [(k * len(urls) // processes, (k + 1) * len(urls) // processes) for k in range(processes)]
+    start_at = time.time() + START_AFTER_S
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [loop.run_in_executor(pool, client_process, urls[a:b], a, calls, max_tokens, tag, start_at)
+                   for a, b in blocks]
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        before = cpu_s(proc), cpu_s(backend)
+        parts = await asyncio.gather(*futures)
+        result.cpu_s = cpu_s(proc) - before[0] if proc else None
+        result.backend_cpu_s = cpu_s(backend) - before[1]
+    late = max(began for _, began, _ in parts) - start_at
+    if late > 0.2:
+        print(f"warning: a client process started {late:.2f} s late (START_AFTER_S)", flush=True)
+    result.wall_s = max(ended for _, _, ended in parts) - start_at
+    for part, _, _ in parts:
+        result.answered += part["answered"]
+        result.latencies_ms += part["latencies_ms"]
+        result.errors += part["errors"]
+        result.client_cpu_s += part["client_cpu_s"]
     return result
 
 
@@ -204,6 +277,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--calls", type=int, default=20, help="calls per session")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the concurrent phase (order rotated)")
+    parser.add_argument("--client-processes", type=int, default=4,
+                        help="client processes of the concurrent phase (1: this one, as before 2026-12-05)")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -245,7 +320,7 @@ def main() -> None:
             for gw in gateways[shift:] + gateways[:shift]:
                 concurrent[gw.name].append(asyncio.run(run_phase(
                     gw, sessions=args.sessions, calls=args.calls, max_tokens=args.max_tokens,
-                    tag=f"{gw.name}-concurrent{k}", concurrent=True)))
+                    tag=f"{gw.name}-concurrent{k}", concurrent=True, client_processes=args.client_processes)))
         for gw in gateways:
             r = PhaseResult.merge(concurrent[gw.name])
             r.sessions = args.sessions  # per round
