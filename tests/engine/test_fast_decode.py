@@ -138,3 +138,33 @@ def test_forward_hooks_on_the_model_see_every_step(tiny_model_path: Path) -> Non
         assert calls.count(1) == decode_steps  # one-token queries: every decode step ran through the module
     finally:
         asyncio.run(backend.close())
+
+
+def test_the_thread_count_does_not_change_what_is_sampled(smollm2_path: Path) -> None:
+    """The engine's thread count may change while it runs (the free cores, ``cpu_threads.py``); the ids and
+    log-probability bits of a batch must not. CPU SDPA's one-token attention changed them (its flash kernel splits
+    the work by thread): float32 decode steps use two batched products instead (``slot_cache.decode_attention``)."""
+    outputs = []
+    for threads in (1, 2):
+        backend = LocalBackend(smollm2_path, EngineOptions(device="cpu", dtype="float32", num_threads=threads,
+                                                           prefix_cache=False))
+        backend.engine.start()
+        tok = backend.engine.tokenizer
+        requests = [GenerateRequest(prompt_ids=tok.encode(
+            f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False),
+            sampling=SamplingParams(max_new_tokens=n, temperature=0.0))
+            for q, n in (("Name a city in France.", 8), ("Name a large river.", 8), ("Describe a city.", 24))]
+
+        async def together(backend: LocalBackend = backend, requests: list[GenerateRequest] = requests) -> list[Any]:
+            await backend.pause()  # admitted together: one batch
+            jobs = [asyncio.ensure_future(backend.generate(r)) for r in requests]
+            while backend.queue_depth < len(requests):
+                await asyncio.sleep(0.01)
+            await backend.resume()
+            return [(r.output_ids, r.logprobs) for r in await asyncio.gather(*jobs)]
+
+        try:
+            outputs.append(asyncio.run(together()))
+        finally:
+            asyncio.run(backend.close())
+    assert outputs[0] == outputs[1]

@@ -4,7 +4,7 @@ A decode step of 16 rows on the CPU runs ~1,000 small torch operations besides t
 transformers' modules each of them also passes through ``nn.Module.__call__``, output-capturing decorators,
 keyword plumbing and mask preparation, which on a 2-core laptop is a sizeable share of the step. :class:`FastDecode`
 runs the same operations in the same order on the same tensors (the model's own parameters, its rotary
-embedding module, the engine's :class:`~.slot_cache.SlotCache` and grouped one-token attention) as one flat
+embedding module, the engine's :class:`~.slot_cache.SlotCache` and :func:`~.slot_cache.decode_attention`) as one flat
 function, so its logits are the same bits as the model's forward (``tests/engine/test_fast_decode.py``).
 
 It covers the architectures the engine serves by default, ``LlamaForCausalLM`` (SmolLM2) and
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .slot_cache import SlotCache
+from .slot_cache import SlotCache, decode_attention
 
 __all__ = ["FastDecode", "fast_decode_for", "unsupported_reason"]
 
@@ -128,7 +128,7 @@ class FastDecode:
             keys, values = cache.update(k, v, index)
             heads, kv_heads = q.shape[1], keys.shape[1]
             grouped = q.reshape(batch, kv_heads, heads // kv_heads, self.head_dim)
-            attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=self.scaling)
+            attended = decode_attention(grouped, keys, values, mask, self.scaling)
             attended = attended.reshape(batch, heads, 1, self.head_dim).transpose(1, 2).contiguous()
             hidden = residual + layer.o(attended.reshape(batch, 1, -1).contiguous())
             residual = hidden

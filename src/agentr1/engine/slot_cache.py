@@ -15,9 +15,9 @@ engine) is used by the model as it is. Decode steps of ``B`` rows read the first
 place (views, nothing copied), which is what lets a CUDA graph replay them.
 
 :func:`use_grouped_decode_attention` registers an attention function that computes one-token
-queries of grouped-query models without repeating keys and values per query head (on a GPU as two
-batched matrix products, :func:`one_token_attention`); everything else goes to transformers' SDPA
-attention unchanged.
+queries of grouped-query models without repeating keys and values per query head (on a GPU, and in
+float32 on the CPU, as two batched matrix products, :func:`one_token_attention`: :func:`decode_attention`);
+everything else goes to transformers' SDPA attention unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["ATTENTION_NAME", "SlotCache", "attention_kernels", "one_token_attention", "use_grouped_decode_attention"]
+__all__ = ["ATTENTION_NAME", "SlotCache", "attention_kernels", "decode_attention", "exact_decode_attention",
+           "one_token_attention", "use_grouped_decode_attention"]
 
 ATTENTION_NAME = "agentr1_slots"
 
@@ -150,9 +151,9 @@ def _grouped_decode_attention(
     batch, q_heads, queries, dim = query.shape
     kv_heads = key.shape[1]
     one_query = queries == 1 and attention_mask is not None and attention_mask.dim() == 4
-    if one_query and query.is_cuda and attention_mask.dtype == torch.bool:  # a GPU decode step (any head grouping)
+    if one_query and attention_mask.dtype == torch.bool and exact_decode_attention(query):  # a decode step
         grouped = query.reshape(batch, kv_heads, q_heads // kv_heads, dim)
-        out = one_token_attention(grouped, key, value, attention_mask, scaling)
+        out = decode_attention(grouped, key, value, attention_mask, scaling)
         return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
     if not one_query or kv_heads == q_heads:
         return sdpa_attention_forward(
@@ -160,8 +161,26 @@ def _grouped_decode_attention(
         )
     # one query per row: the heads of a group become that group's queries (same keys, same mask)
     grouped = query.reshape(batch, kv_heads, q_heads // kv_heads, dim)
-    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
+    out = decode_attention(grouped, key, value, attention_mask, scaling)
     return out.reshape(batch, q_heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def exact_decode_attention(query: torch.Tensor) -> bool:
+    """Whether :func:`one_token_attention` runs a decode step's attention: on a GPU (any dtype), and in float32
+    on the CPU (where ``bmm`` has no float32 output for bfloat16 inputs)."""
+    return query.is_cuda or query.dtype == torch.float32
+
+
+def decode_attention(grouped: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                     scale: float | None) -> torch.Tensor:
+    """Attention of the grouped one-token queries of a decode step (``[B, kv_heads, g, d]``): two batched
+    products where :func:`exact_decode_attention` says so, else SDPA. On the CPU SDPA's flash kernel gives
+    results that change with the number of threads (its last bits, measured 2026-12-05 at 3 and 16 rows), the
+    products do not: the engine's thread count may change while it runs (``cpu_threads.py``), what it samples
+    must not."""
+    if mask.dtype == torch.bool and exact_decode_attention(grouped):
+        return one_token_attention(grouped, key, value, mask, scale)
+    return torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scale)
 
 
 def one_token_attention(grouped: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
