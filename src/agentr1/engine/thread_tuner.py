@@ -10,7 +10,9 @@ forward on each count up to the free cores and keeps the fastest.
 Once, not all the time: the thread count changes the last bits of some results (log-probabilities differed by
 4e-6 between one and two threads on the same batch), and the engine promises that the same batch gives the same
 bits (``exact``). A count chosen per step would make that depend on when a try happened; a count chosen at start
-changes only when the free cores drop below it (``cpu_threads.py``), as before.
+changes only when the free cores drop below it (``cpu_threads.py``), as before. (Since 2026-12-05 the step that
+changed, CPU SDPA's one-token attention, is two batched products in float32 (``slot_cache.decode_attention``), and the
+engine samples the same bits on one and two threads; the count is still chosen once.)
 """
 
 from __future__ import annotations
