@@ -61,3 +61,53 @@ def test_the_users_own_malloc_settings_win():
     mine = probe(MALLOC_TOP_PAD_="131072")
     assert set(mine["applied"]) == set(MALLOC_SETTINGS) - {"MALLOC_TOP_PAD_"}
     assert mine["child"]["MALLOC_TOP_PAD_"] == "131072"
+
+
+# preload_jemalloc re-executes `python -c` with jemalloc where the system has it; then 20 rounds of malloc -> write
+# every page -> free of one 64 MiB block (over glibc's 4 MiB mmap threshold: a fresh mapping each round there), and
+# how much resident memory release_freed_memory gives back after the last free
+JEMALLOC_PROBE = """
+import ctypes, json, os, resource
+from agentr1.core.allocator import malloc_in_use, preload_jemalloc, release_freed_memory
+preload_jemalloc()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 64 << 20
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    p = libc.malloc(size)
+    ctypes.memset(p, 1, size)
+    libc.free(p)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+def rss_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+kept = rss_mib()
+released = release_freed_memory()
+print(json.dumps({"malloc": malloc_in_use(), "faults": faults, "released": released,
+                  "rss_drop_mib": kept - rss_mib()}))
+"""
+
+
+def test_preloaded_jemalloc_reuses_a_large_freed_block_that_glibc_faults_in_every_time():
+    from agentr1.core.allocator import jemalloc_library
+
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("MALLOC_") and k not in ("AGENTR1_MALLOC", "LD_PRELOAD", "AGENTR1_MALLOC_PRELOADED")}
+    clean["MALLOC_MMAP_THRESHOLD_"] = str(4 << 20)
+
+    def run(**env: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", JEMALLOC_PROBE], env={**clean, **env}, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    pages = (64 << 20) // 4096
+    glibc = run(AGENTR1_MALLOC="glibc")
+    assert glibc["malloc"] == "glibc" and glibc["faults"] > 15 * pages and glibc["released"] is False
+    chosen = run()
+    if jemalloc_library() is None:
+        assert chosen["malloc"] == "glibc"
+    else:  # faulted in once, kept while freed, given back on request
+        assert chosen["malloc"] == "jemalloc" and chosen["faults"] < 2 * pages, chosen
+        assert chosen["released"] is True and chosen["rss_drop_mib"] >= 60, chosen

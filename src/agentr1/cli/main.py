@@ -3,6 +3,7 @@ stays fast and works with only the base install."""
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import version
 
 import typer
@@ -16,6 +17,7 @@ from agentr1.cli.traces import app as traces_app
 from agentr1.cli.train import train
 from agentr1.cli.view import view
 from agentr1.core import keep_freed_memory
+from agentr1.core.allocator import preload_jemalloc
 
 app = typer.Typer(
     name="agentr1",
@@ -47,5 +49,17 @@ def main(
     keep_freed_memory()  # glibc keeps freed memory for reuse in this process and its children (AGENTR1_MALLOC)
 
 
-if __name__ == "__main__":
+# the commands that load a model or serve one: they run on jemalloc where the system has it (agentr1.core.allocator)
+MODEL_COMMANDS = frozenset({"train", "sft", "eval", "gateway", "chat"})
+
+
+def run() -> None:
+    """The ``agentr1`` command: a model command first re-executes itself on jemalloc where the system has it
+    (freed memory reused instead of faulted in again; ``AGENTR1_MALLOC=glibc`` opts out), then the CLI."""
+    if len(sys.argv) > 1 and sys.argv[1] in MODEL_COMMANDS:
+        preload_jemalloc()
     app()
+
+
+if __name__ == "__main__":
+    run()

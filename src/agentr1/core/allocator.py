@@ -1,16 +1,25 @@
-"""glibc malloc settings for a training or serving process: keep freed heap memory for reuse.
+"""Memory allocation for a training or serving process: freed memory kept for reuse, not faulted in again.
 
-A CPU training step allocates and frees the same tensors over and over. glibc gives the free memory at the top of
-its heap back to the kernel as soon as it exceeds the trim threshold (128 KiB while the mmap threshold is fixed, as
-the trainer and the demo fix it), and the next step faults it in again page by page, zero-filled: system time (the
-laptop demo spent 113 s of it against 431 s of user time; issue 41, docs/benchmarks.md "System time").
+A CPU training step allocates and frees the same large tensors over and over (logits over a 49k vocabulary,
+activations, gradients). glibc serves every block over its mmap threshold with a fresh mapping and unmaps it on
+free, and gives free memory at the top of its heap back above the trim threshold; the next step faults it all in
+again page by page, zero-filled: system time (issue 41: the laptop demo spent 114.8 s of it against 469.2 s of user
+time, 23.7M minor faults, on a 2-core Xeon VM; docs/benchmarks.md "System time").
 
-:func:`keep_freed_memory` raises the trim threshold (256 MiB: the demo at 8 steps peaked at 5.9 GiB with it, 6.0-6.3 with 1 GiB) and the top pad, in this process (``mallopt``) and, through
-glibc's ``MALLOC_*_`` environment variables, in every child it starts (the engine process, agent workers, the
-demo's stages). It leaves the mmap threshold alone: which blocks come from the heap stays the trainer's choice
-(``agentr1.trainer.policy.memory`` pins it at 128 KiB: a dynamic threshold let the heap fragment to 19 GB) or the
-caller's. A variable the user already set wins; ``AGENTR1_MALLOC=default`` keeps glibc's defaults. No-op where the C
-library is not glibc.
+Two layers, from the strongest:
+
+* :func:`preload_jemalloc`: where the system has jemalloc (Debian/Ubuntu ``libjemalloc2``, Fedora ``jemalloc``),
+  the ``agentr1`` command re-executes itself once with it preloaded and told never to return freed pages
+  (:data:`JEMALLOC_CONF`); its children inherit both. One demo-shaped policy update: 2.4-2.8M minor faults and
+  3.5-7.1 s of system time with glibc, ~0 and 0.05 s with jemalloc, 14.1 -> 11.1 s wall.
+  ``AGENTR1_MALLOC=glibc`` keeps glibc (with the settings below), ``AGENTR1_MALLOC=default`` changes nothing.
+* :func:`keep_freed_memory` (glibc): raises the trim threshold (256 MiB: the demo at 8 steps peaked at 5.9 GiB with
+  it, 6.0-6.3 with 1 GiB) and the top pad, in this process (``mallopt``) and, through glibc's ``MALLOC_*_``
+  environment variables, in every child it starts. It leaves the mmap threshold alone: which blocks come from the
+  heap stays the trainer's choice (``agentr1.trainer.policy.memory`` pins it at 128 KiB: a dynamic threshold let the
+  heap fragment to 19 GB) or the caller's. Under jemalloc these settings reach nothing and do no harm.
+
+A variable the user already set (``MALLOC_*_``, ``MALLOC_CONF``) wins. No-op where the C library is not glibc.
 """
 
 from __future__ import annotations
@@ -19,8 +28,10 @@ import ctypes
 import ctypes.util
 import os
 import platform
+import sys
 
-__all__ = ["MALLOC_SETTINGS", "keep_freed_memory"]
+__all__ = ["JEMALLOC_CONF", "MALLOC_SETTINGS", "jemalloc_library", "keep_freed_memory", "malloc_in_use", "preload_jemalloc",
+           "release_freed_memory"]
 
 # mallopt's parameter numbers (malloc.h) and the environment variable glibc reads for each at start-up
 _M_TRIM_THRESHOLD, _M_TOP_PAD = -1, -2
@@ -30,10 +41,77 @@ MALLOC_SETTINGS: dict[str, tuple[int, int]] = {
 }
 
 
+# jemalloc's options (its MALLOC_CONF): never hand freed pages back to the kernel (the decay that would do it
+# gradually is what refaults them), and one arena for every thread, so the engine's thread and the update reuse each
+# other's freed memory instead of each keeping its own high-water mark
+JEMALLOC_CONF = "narenas:1,dirty_decay_ms:-1,muzzy_decay_ms:-1"
+_PRELOADED = "AGENTR1_MALLOC_PRELOADED"  # set on the re-executed process: the library it asked for; never twice
+
+
+def _mode() -> str:
+    return os.environ.get("AGENTR1_MALLOC", "").strip().lower()
+
+
+def jemalloc_library() -> str | None:
+    """The system's jemalloc as the dynamic loader finds it (``libjemalloc.so.2``), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.util.find_library("jemalloc")
+
+
+def malloc_in_use() -> str:
+    """``"jemalloc"`` when this process runs on jemalloc, else the C library's name (``"glibc"``, ...)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            if any("libjemalloc" in line for line in maps):
+                return "jemalloc"
+    except OSError:
+        pass
+    return platform.libc_ver()[0] or "unknown"
+
+
+def preload_jemalloc() -> None:
+    """Re-execute this Python process, same arguments, with the system's jemalloc preloaded (``LD_PRELOAD``) and
+    :data:`JEMALLOC_CONF` (unless ``MALLOC_CONF`` is set); children inherit both. Returns without doing anything
+    where it does not apply: not Linux, no jemalloc, ``AGENTR1_MALLOC`` set to ``glibc`` or ``default``, or this
+    process is already the re-executed one. Call it first thing, before threads or files are opened: ``os.execve``
+    replaces the process."""
+    if _mode() in ("glibc", "default") or os.environ.get(_PRELOADED) or malloc_in_use() == "jemalloc":
+        return
+    library = jemalloc_library()
+    if library is None:
+        return
+    env = dict(os.environ)
+    env[_PRELOADED] = library
+    env["LD_PRELOAD"] = " ".join(filter(None, [library, env.get("LD_PRELOAD", "")]))
+    env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+_ALL_ARENAS = 4096  # jemalloc's MALLCTL_ARENAS_ALL
+
+
+def release_freed_memory() -> bool:
+    """Under jemalloc, give every freed page back to the system now (``arena.<all>.purge``); True when it did.
+
+    With :data:`JEMALLOC_CONF` jemalloc keeps what it frees, so within a phase of work (an update's micro-batches)
+    nothing is faulted in twice; the high-water marks of different phases (the rollout's, the update's) would add
+    up, though (the laptop demo: 7.9 GiB). Called between phases (``LocalPolicy.update``, before and after), it
+    keeps the peak at the largest phase's and costs one fault per page per phase. Under glibc a no-op: the trim and
+    mmap thresholds already decide what goes back."""
+    if malloc_in_use() != "jemalloc":
+        return False
+    mallctl = ctypes.CDLL(None).mallctl
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return mallctl(f"arena.{_ALL_ARENAS}.purge".encode(), None, None, None, 0) == 0
+
+
 def keep_freed_memory() -> dict[str, int]:
     """Apply :data:`MALLOC_SETTINGS` to this process and its future children; returns the settings applied
     (empty where it did nothing: not glibc, ``AGENTR1_MALLOC=default``; without a variable the user set)."""
-    if os.environ.get("AGENTR1_MALLOC", "").lower() == "default" or platform.libc_ver()[0] != "glibc":
+    if _mode() == "default" or platform.libc_ver()[0] != "glibc":
         return {}
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     applied = {}
