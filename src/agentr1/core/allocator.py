@@ -29,8 +29,9 @@ import ctypes.util
 import os
 import platform
 import sys
+from typing import Any
 
-__all__ = ["JEMALLOC_CONF", "MALLOC_SETTINGS", "jemalloc_library", "keep_freed_memory", "malloc_in_use", "preload_jemalloc",
+__all__ = ["JEMALLOC_CONF", "KEEP_FREED_BYTES", "MALLOC_SETTINGS", "jemalloc_library", "keep_freed_memory", "malloc_in_use", "preload_jemalloc",
            "release_freed_memory"]
 
 # mallopt's parameter numbers (malloc.h) and the environment variable glibc reads for each at start-up
@@ -87,24 +88,47 @@ def preload_jemalloc() -> None:
     env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
     sys.stdout.flush()
     sys.stderr.flush()
+    script = sys.orig_argv[1] if len(sys.orig_argv) > 1 else ""
+    if script and script == sys.argv[0] and os.access(script, os.X_OK):  # a console script: keeps its process name
+        os.execve(script, [script, *sys.orig_argv[2:]], env)
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
 _ALL_ARENAS = 4096  # jemalloc's MALLCTL_ARENAS_ALL
+KEEP_FREED_BYTES = 1 << 30  # release_freed_memory gives everything back once more than this lies freed
 
 
-def release_freed_memory() -> bool:
-    """Under jemalloc, give every freed page back to the system now (``arena.<all>.purge``); True when it did.
-
-    With :data:`JEMALLOC_CONF` jemalloc keeps what it frees, so within a phase of work (an update's micro-batches)
-    nothing is faulted in twice; the high-water marks of different phases (the rollout's, the update's) would add
-    up, though (the laptop demo: 7.9 GiB). Called between phases (``LocalPolicy.update``, before and after), it
-    keeps the peak at the largest phase's and costs one fault per page per phase. Under glibc a no-op: the trim and
-    mmap thresholds already decide what goes back."""
-    if malloc_in_use() != "jemalloc":
-        return False
+def _mallctl() -> Any:
     mallctl = ctypes.CDLL(None).mallctl
     mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return mallctl
+
+
+def _freed_bytes(mallctl: Any) -> int | None:
+    """Bytes jemalloc holds freed (dirty pages of every arena), or None where its statistics are off."""
+    epoch, pages, size = ctypes.c_uint64(1), ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+    if mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.sizeof(epoch)) != 0:
+        return None
+    if mallctl(f"stats.arenas.{_ALL_ARENAS}.pdirty".encode(), ctypes.byref(pages), ctypes.byref(size), None, 0) != 0:
+        return None
+    return pages.value * os.sysconf("SC_PAGE_SIZE")
+
+
+def release_freed_memory(keep_bytes: int = KEEP_FREED_BYTES) -> bool:
+    """Under jemalloc, give every freed page back to the system (``arena.<all>.purge``) once more than
+    ``keep_bytes`` lie freed; True when it did.
+
+    With :data:`JEMALLOC_CONF` jemalloc keeps what it frees, so within a phase of work (an update's micro-batches)
+    nothing is faulted in twice, but what one phase freed can pile up beside the next phase's own peak (the laptop
+    demo's SFT stage grew to 7.7 GiB over 6 steps). Called between phases (``LocalPolicy``'s updates, before and
+    after), it bounds a process at its largest phase's peak plus ``keep_bytes``, and costs a fault per page only when
+    it gives memory back. Under glibc a no-op: the trim and mmap thresholds decide what goes back there."""
+    if malloc_in_use() != "jemalloc":
+        return False
+    mallctl = _mallctl()
+    freed = _freed_bytes(mallctl)
+    if freed is not None and freed <= keep_bytes:
+        return False
     return mallctl(f"arena.{_ALL_ARENAS}.purge".encode(), None, None, None, 0) == 0
 
 

@@ -80,9 +80,10 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 def gives_back_freed_memory(method: _Method) -> _Method:
     """An update phase of the policy: under jemalloc (``agentr1.core.allocator``) the memory it frees is kept for its
-    own later micro-batches and given back when it ends, and what ran before it (the rollout) gives its freed memory
-    back first, so the process peaks at the largest phase's high-water mark, not at their sum (the laptop demo's SFT
-    stage grew to 7.7 GiB over 6 steps without it)."""
+    own later micro-batches; before it starts and when it ends, freed memory beyond
+    :data:`~agentr1.core.allocator.KEEP_FREED_BYTES` goes back to the system, so one phase's leftovers (the rollout's,
+    the last update's) do not pile up beside the next one's peak (the laptop demo's SFT stage grew to 7.7 GiB over 6
+    steps without it)."""
 
     @wraps(method)
     def phase(*args: Any, **kwargs: Any) -> Any:
