@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from agentr1.core.allocator import release_freed_memory
+from agentr1.core.openmp import release_openmp_threads
 from agentr1.trainer.padded import PaddedBatch, pad_rows
 from agentr1.trainer.rows import TrainRow
 
@@ -78,12 +79,15 @@ def _critic_loss_config(config: PolicyConfig) -> Any:
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-def gives_back_freed_memory(method: _Method) -> _Method:
-    """An update phase of the policy: under jemalloc (``agentr1.core.allocator``) the memory it frees is kept for its
-    own later micro-batches; before it starts and when it ends, freed memory beyond
-    :data:`~agentr1.core.allocator.KEEP_FREED_BYTES` goes back to the system, so one phase's leftovers (the rollout's,
-    the last update's) do not pile up beside the next one's peak (the laptop demo's SFT stage grew to 7.7 GiB over 6
-    steps without it)."""
+def update_phase(method: _Method) -> _Method:
+    """An update phase of the policy, cleaned up after for the phase that follows (the rollout, in this process):
+
+    - memory: under jemalloc (``agentr1.core.allocator``) what the phase frees is kept for its own later
+      micro-batches; before it starts and when it ends, freed memory beyond
+      :data:`~agentr1.core.allocator.KEEP_FREED_BYTES` goes back to the system, so one phase's leftovers do not pile
+      up beside the next one's peak (the laptop demo's SFT stage grew to 7.7 GiB over 6 steps without it);
+    - threads: its thread's OpenMP workers end with it (``agentr1.core.openmp``), else the engine's decode steps
+      pay a futex wake-up per parallel product for the rest of the run."""
 
     @wraps(method)
     def phase(*args: Any, **kwargs: Any) -> Any:
@@ -92,6 +96,7 @@ def gives_back_freed_memory(method: _Method) -> _Method:
             return method(*args, **kwargs)
         finally:
             release_freed_memory()
+            release_openmp_threads()
 
     return phase  # type: ignore[return-value]
 
@@ -224,7 +229,7 @@ class LocalPolicy:
 
     # -- updates --------------------------------------------------------------------------
 
-    @gives_back_freed_memory
+    @update_phase
     def update(
         self,
         rows: Rows,
@@ -284,7 +289,7 @@ class LocalPolicy:
         metrics.update(self._perf(batch, len(steps), skipped, elapsed, "actor/"))
         return metrics
 
-    @gives_back_freed_memory
+    @update_phase
     def sft_update(self, rows: Rows) -> dict[str, float]:
         """One optimizer step of supervised fine-tuning on ``rows`` with verl's ``sft_loss``: the
         negative log-likelihood of the tokens where ``response_mask`` is 1 (the actions; prompt and
@@ -306,7 +311,7 @@ class LocalPolicy:
         metrics.update(self._perf(batch, 1, 0, time.perf_counter() - started, "sft/"))
         return metrics
 
-    @gives_back_freed_memory
+    @update_phase
     def update_critic(self, rows: Rows) -> dict[str, float]:
         """Fit the critic to the rows' ``returns`` with verl's clipped ``value_loss``."""
         from verl.workers.utils.losses import value_loss
@@ -403,7 +408,10 @@ class LocalPolicy:
         ``sync_dir`` must be a path the servers can read (a shared filesystem across nodes). Only
         the latest directory is kept: a server that missed one update loads the next."""
         if hasattr(backend, "update_weights_from_tensors"):
-            return await backend.update_weights_from_tensors(self.state_dict_for_serving(copy=False))
+            try:
+                return await backend.update_weights_from_tensors(self.state_dict_for_serving(copy=False))
+            finally:
+                release_openmp_threads()  # this (event loop) thread's, as after an update (update_phase)
         if self.sync_dir is None:
             self.sync_dir = Path(tempfile.mkdtemp(prefix="agentr1-weights-"))
         path = await asyncio.to_thread(self.save, self.sync_dir / f"policy-{self.version}")
