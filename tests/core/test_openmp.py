@@ -53,3 +53,36 @@ def test_a_thread_ends_its_own_openmp_workers_and_no_others():
     assert released["after"] == released["before"]  # its worker ended...
     # ...and the other thread's is still there: once the releasing thread has returned, one thread less than before
     assert released["keeper_left"] == released["before"] - 1
+
+
+EXECUTOR_PROBE = """
+import asyncio, json, os, sys, time
+from concurrent.futures import ThreadPoolExecutor
+import torch
+from agentr1.core.openmp import OpenMPReleasingExecutor
+torch.set_num_threads(2)
+def threads():
+    time.sleep(0.2)
+    return len(os.listdir("/proc/self/task"))
+async def main():
+    pool = OpenMPReleasingExecutor(max_workers=3) if sys.argv[1] == "releasing" else ThreadPoolExecutor(max_workers=3)
+    asyncio.get_running_loop().set_default_executor(pool)
+    await asyncio.gather(*(asyncio.to_thread(time.sleep, 0.3) for _ in range(3)))  # the 3 worker threads exist
+    before = threads()
+    products = [asyncio.to_thread(torch.mm, torch.randn(512, 512), torch.randn(512, 512)) for _ in range(6)]
+    await asyncio.gather(*products)
+    return {"before": before, "after": threads()}
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_the_releasing_executor_leaves_its_threads_without_openmp_pools():
+    def counts(kind: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", EXECUTOR_PROBE, kind], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    plain, releasing = counts("plain"), counts("releasing")
+    assert plain["after"] > plain["before"]  # each worker thread that ran a product keeps a pool (1 worker each)
+    assert releasing["after"] == releasing["before"]

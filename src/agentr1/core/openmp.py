@@ -8,15 +8,19 @@ thread (and the event loop's, after a weight sync) keeps an idle one: measured o
 of 3,000 small products on 2 threads took 0.54 s with one pool and 0.79 s once another thread had run one parallel
 product (0.12 s of system time, 6,000 context switches); with that thread's pool ended, 0.52 s.
 :func:`release_openmp_threads`, called by that thread after its work, ends its pool (OpenMP 5's
-``omp_pause_resource_all``); its next parallel operation starts a new one.
+``omp_pause_resource_all``); its next parallel operation starts a new one. :class:`OpenMPReleasingExecutor` does it
+after every job of an event loop's default executor (``asyncio.to_thread``: padding a batch, loading weights into
+the engine, an update), where each worker thread would otherwise keep a pool of its own: a demo run had five.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["release_openmp_threads"]
+__all__ = ["OpenMPReleasingExecutor", "release_openmp_threads"]
 
 OMP_PAUSE_SOFT = 1  # omp_pause_resource_t: free the threads, keep the settings
 _RUNTIMES = ("libgomp", "libomp", "libiomp5")  # GNU, LLVM, Intel: the library names as mapped into the process
@@ -55,3 +59,18 @@ def release_openmp_threads() -> bool:
     if pause is None:
         return False
     return pause(OMP_PAUSE_SOFT) == 0
+
+
+def _then_release(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        release_openmp_threads()
+
+
+class OpenMPReleasingExecutor(ThreadPoolExecutor):
+    """A thread pool whose threads end their OpenMP workers after every job (a no-op for a job that ran no parallel
+    operation); meant as an event loop's default executor (``loop.set_default_executor``)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return super().submit(_then_release, fn, *args, **kwargs)

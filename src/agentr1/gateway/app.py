@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentr1.core import is_vlm_dir, resolve_model
+from agentr1.core.openmp import OpenMPReleasingExecutor
 from agentr1.gateway.auth import KeyConcurrencyLimit
 from agentr1.gateway.backends.base import Backend
 from agentr1.gateway.backends.factory import build_backend
@@ -70,6 +71,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_store = store is None
+        # the engine's start and weight loads run on this loop's executor: its threads must not keep OpenMP pools
+        # beside the engine's (agentr1.core.openmp)
+        asyncio.get_running_loop().set_default_executor(OpenMPReleasingExecutor())
         trace_store = store or TraceStore.open(settings.db, migrate=True, image_dir=settings.image_dir)
         model_backend = backend or build_backend(settings)
         await model_backend.start()

@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from agentr1.core.openmp import OpenMPReleasingExecutor
 
 __all__ = ["SessionOutcome", "use_session_threads"]
 
@@ -14,8 +15,10 @@ __all__ = ["SessionOutcome", "use_session_threads"]
 def use_session_threads(sessions: int) -> None:
     """Sync agents run on the running loop's default executor, one thread a session: make room for ``sessions``
     of them at once. asyncio's own executor has min(32, cpus + 4) threads, and the sessions beyond it waited for
-    others to end (a rollout in waves). Threads start as sessions need them."""
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=sessions + 4))
+    others to end (a rollout in waves). Threads start as sessions need them. Each ends its OpenMP workers after each
+    job (the trainer's padding and updates run there too), so the engine's thread is the one left with a pool
+    (``agentr1.core.openmp``)."""
+    asyncio.get_running_loop().set_default_executor(OpenMPReleasingExecutor(max_workers=sessions + 4))
 
 
 @dataclass(frozen=True)
