@@ -16,6 +16,7 @@ the engine, an update), where each worker thread would otherwise keep a pool of 
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -26,14 +27,22 @@ OMP_PAUSE_SOFT = 1  # omp_pause_resource_t: free the threads, keep the settings
 _RUNTIMES = ("libgomp", "libomp", "libiomp5")  # GNU, LLVM, Intel: the library names as mapped into the process
 
 
-_found: list[Any] = []  # the runtime's function once found (not cached while none is loaded yet)
+_looked_up: list[Any] = []  # once torch is imported: the runtime's function, or None
 
 
 def _pause() -> Any:
-    """``omp_pause_resource_all`` of the OpenMP runtime this process has loaded, or None (none loaded, or too old).
-    Only a runtime already mapped is opened: opening one by name must not load a second runtime."""
-    if _found:
-        return _found[0]
+    """``omp_pause_resource_all`` of the OpenMP runtime torch loaded, or None (torch not imported yet, no OpenMP
+    runtime, or one too old). Only a runtime already mapped is opened: opening one by name must not load a second.
+    Looked up once torch is imported (the gateway's store writes call this after every job: no file read each)."""
+    if _looked_up:
+        return _looked_up[0]
+    if "torch" not in sys.modules:
+        return None
+    _looked_up.append(_find_pause())
+    return _looked_up[0]
+
+
+def _find_pause() -> Any:
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "/" in line}
@@ -47,7 +56,6 @@ def _pause() -> Any:
             except (OSError, AttributeError):
                 continue
             pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
-            _found.append(pause)
             return pause
     return None
 
