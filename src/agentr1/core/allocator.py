@@ -14,8 +14,8 @@ Two layers, from the strongest:
   3.5-7.1 s of system time with glibc, ~0 and 0.05 s with jemalloc, 14.1 -> 11.1 s wall.
   ``AGENTR1_MALLOC=glibc`` keeps glibc (with the settings below), ``AGENTR1_MALLOC=default`` changes nothing.
 * :func:`keep_freed_memory` (glibc): raises the trim threshold (256 MiB: the demo at 8 steps peaked at 5.9 GiB with
-  it, 6.0-6.3 with 1 GiB) and the top pad, in this process (``mallopt``) and, through glibc's ``MALLOC_*_``
-  environment variables, in every child it starts. It leaves the mmap threshold alone: which blocks come from the
+  it, 6.0-6.3 with 1 GiB) and the top pad and holds the arenas to one per core, in this process (``mallopt``) and,
+  through glibc's ``MALLOC_*`` environment variables, in every child it starts. It leaves the mmap threshold alone: which blocks come from the
   heap stays the trainer's choice (``agentr1.trainer.policy.memory`` pins it at 128 KiB: a dynamic threshold let the
   heap fragment to 19 GB) or the caller's. Under jemalloc these settings reach nothing and do no harm.
 
@@ -35,10 +35,13 @@ __all__ = ["JEMALLOC_CONF", "KEEP_FREED_BYTES", "MALLOC_SETTINGS", "jemalloc_lib
            "release_freed_memory"]
 
 # mallopt's parameter numbers (malloc.h) and the environment variable glibc reads for each at start-up
-_M_TRIM_THRESHOLD, _M_TOP_PAD = -1, -2
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_ARENA_MAX = -1, -2, -8
 MALLOC_SETTINGS: dict[str, tuple[int, int]] = {
     "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, 256 << 20),  # give memory back only above 256 MiB free at the top
     "MALLOC_TOP_PAD_": (_M_TOP_PAD, 64 << 20),  # grow the heap 64 MiB at a time
+    # one arena per core, not glibc's 8: each arena keeps up to the trim threshold free, and threads that start OpenMP
+    # pools anew took new ones (the demo on glibc peaked at 6.81 GiB, 5.72 GiB with 2 arenas on 2 cores)
+    "MALLOC_ARENA_MAX": (_M_ARENA_MAX, max(2, os.cpu_count() or 2)),
 }
 
 
