@@ -16,8 +16,7 @@ from agentr1.cli.sft import sft
 from agentr1.cli.traces import app as traces_app
 from agentr1.cli.train import train
 from agentr1.cli.view import view
-from agentr1.core import keep_freed_memory
-from agentr1.core.allocator import preload_jemalloc
+from agentr1.core import keep_freed_memory, preload_jemalloc
 
 app = typer.Typer(
     name="agentr1",

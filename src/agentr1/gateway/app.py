@@ -16,8 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentr1.core import is_vlm_dir, resolve_model
-from agentr1.core.openmp import OpenMPReleasingExecutor
+from agentr1.core import OpenMPReleasingExecutor, is_vlm_dir, resolve_model
 from agentr1.gateway.auth import KeyConcurrencyLimit
 from agentr1.gateway.backends.base import Backend
 from agentr1.gateway.backends.factory import build_backend

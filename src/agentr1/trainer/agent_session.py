@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from agentr1.core.openmp import OpenMPReleasingExecutor
+from agentr1.core import OpenMPReleasingExecutor
 
 __all__ = ["SessionOutcome", "use_session_threads"]
 

@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
-from agentr1.core.allocator import release_freed_memory
-from agentr1.core.openmp import release_openmp_threads
+from agentr1.core import release_freed_memory, release_openmp_threads
 from agentr1.trainer.padded import PaddedBatch, pad_rows
 from agentr1.trainer.rows import TrainRow
 
