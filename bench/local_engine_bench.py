@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from agentr1.core import release_openmp_threads
 from agentr1.core.models import resolve_model
 from agentr1.gateway.backends import LocalBackend
 
@@ -159,6 +160,15 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
     }
 
 
+THIS_TREE, THIS_TREE_BF16 = "local (this tree)", "local (this tree, bfloat16)"
+
+
+def baseline_of(engine: str) -> str:
+    """The ``generate`` row an engine's row is compared with: ``generate`` in the engine's dtype (the bfloat16
+    engine against ``generate`` on a bfloat16 model, where both were run; else the float32 one)."""
+    return "hf generate (bfloat16)" if engine == THIS_TREE_BF16 else "hf generate"
+
+
 _PLAIN_MODELS: dict[tuple[str, str], Any] = {}
 
 
@@ -192,6 +202,7 @@ def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0
         model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
                                do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    release_openmp_threads()  # a user of generate has no engine beside it, nor the engine a generate
     generated = sessions * tokens
     return {"wall_s": wall, "tokens": generated, "tokens_per_s": generated / wall,
             "per_session_tokens_per_s": tokens / wall, "prefilled": "-", "forwards": tokens, "cpu_s": cpu,
@@ -272,14 +283,14 @@ async def main() -> None:
         torch.set_num_threads(args.threads)  # for the baseline; the engines' workers set their own
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    engines: dict[str, Any] = {"local (this tree)": sys.modules[LocalBackend.__module__]}
+    engines: dict[str, Any] = {THIS_TREE: sys.modules[LocalBackend.__module__]}
     options: dict[str, dict[str, Any]] = {}
     if args.inexact:
-        engines["local (this tree, exact off)"] = engines["local (this tree)"]
+        engines["local (this tree, exact off)"] = engines[THIS_TREE]
         options["local (this tree, exact off)"] = {"exact": False}
     if args.bfloat16:
         name = "local (this tree, bfloat16" + (", exact off)" if args.inexact else ")")
-        engines[name] = engines["local (this tree)"]
+        engines[name] = engines[THIS_TREE]
         options[name] = {"dtype": "bfloat16", **({"exact": False} if args.inexact else {})}
     if args.before:
         engines = {f"local @ {args.before}": engine_at(args.before), **engines}
@@ -301,8 +312,8 @@ async def main() -> None:
                         # at the end
                         run["threads"] = getattr(engine_of(backend), "cpu_threads", None) or args.threads or "-"
                         results.setdefault((busy, name, concurrency), []).append(run)
-                        if args.baseline and name == "local (this tree)":
-                            results.setdefault((busy, "hf generate", concurrency), []).append(
+                        if args.baseline and name in (THIS_TREE, THIS_TREE_BF16):  # generate in the same dtype
+                            results.setdefault((busy, baseline_of(name), concurrency), []).append(
                                 hf_generate(backend, concurrency, args.tokens, args.system_tokens, args.threads))
                     await backend.close()
                     del backend
@@ -319,13 +330,14 @@ def print_table(results: dict[tuple[int, str, int], list[dict[str, Any]]], condi
     print("|---:|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|")
     for busy in conditions:
         for concurrency in concurrencies:
-            baseline = results.get((busy, "hf generate", concurrency))
             for (b, name, c), runs in results.items():
                 if (b, c) != (busy, concurrency):
                     continue
+                baseline = results.get((busy, baseline_of(name), concurrency)) or results.get(
+                    (busy, baseline_of(THIS_TREE), concurrency))
                 best = max(runs, key=lambda r: r["tokens_per_s"])
                 every = " / ".join(f"{r['tokens_per_s']:.1f}" for r in runs)
-                ratio = "-" if baseline is None or name == "hf generate" else " / ".join(
+                ratio = "-" if baseline is None or name.startswith("hf generate") else " / ".join(
                     f"{r['tokens_per_s'] / g['tokens_per_s']:.2f}" for r, g in zip(runs, baseline, strict=False))
                 loads = " / ".join(f"{r['load']:.1f}" for r in runs)
                 print(f"| {busy} | {name} | {c} | {best.get('threads', '-')} | {best['tokens']} | {best['wall_s']:.1f} | "

@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from agentr1.core import release_openmp_threads
 from agentr1.core.generation import BackendError, BackendUnavailable, GenerateRequest
 
 from .admission import BURST_MAX_S, BURST_QUIET_S, AdmissionPolicy
@@ -167,6 +168,7 @@ class Engine:
             self.batch.policy_version = self._policy_version
             self._stopping = False
             self._thread = threading.Thread(target=self._run, name="agentr1-local-engine", daemon=True)
+            release_openmp_threads()  # loading ran parallel ops here: an idle pool beside the worker's slows it
             self._thread.start()
             log.info("local backend: %s on %s (%s) ready in %.1f s", self.model_path.name, self.device, self.dtype,
                      time.monotonic() - started)
@@ -340,9 +342,12 @@ class Engine:
         self._threads.start()
         self._warm_up()
         self._choose_threads()
+        pooled = True  # this thread's OpenMP workers are alive (they start with its first parallel op)
         while True:
             with self._cv:
                 while not self._stopping and not batch.rows and (self._is_paused() or not self._queue):
+                    if pooled:  # idle: our workers would slow every other thread's parallel work (core/openmp.py)
+                        pooled = not release_openmp_threads()
                     self._idle.set()
                     self._cv.wait()
                 if self._stopping:
@@ -357,6 +362,7 @@ class Engine:
                             admitted.append(row)
                 if admitted or batch.rows:
                     self._idle.clear()
+                    pooled = True
             if admitted or batch.rows:
                 self._threads.adjust()
             started = time.perf_counter()
