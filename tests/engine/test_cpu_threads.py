@@ -14,8 +14,8 @@ import torch
 
 from agentr1.engine.cpu_threads import (
     CpuThreads,
+    TeamCpu,
     _name_this_thread,
-    _team_cpu_s,
     busy_ticks,
     threads_for,
     usable_cores,
@@ -49,7 +49,8 @@ def _burn(seconds: float) -> None:
 def test_team_cpu_counts_only_the_named_threads() -> None:
     """The engine's own CPU (its named threads) is not other work; another thread's CPU is not the engine's."""
     name = "agentr1-test"
-    before = _team_cpu_s(name)
+    team = TeamCpu(name)
+    before = team.seconds()
     burnt, done = threading.Barrier(3), threading.Event()
 
     def burn_then_wait(own_name: bool) -> None:
@@ -63,11 +64,14 @@ def test_team_cpu_counts_only_the_named_threads() -> None:
     for thread in threads:
         thread.start()
     burnt.wait()
-    spent = _team_cpu_s(name) - before
+    spent = team.seconds() - before
     done.set()
     for thread in threads:
         thread.join()
     assert 0.3 <= spent <= 0.6, spent
+    # the named thread has ended: its time stays the team's (the engine ends its OpenMP threads when idle)
+    assert 0.3 <= team.seconds() - before <= 0.6
+    assert TeamCpu(name).seconds() == 0.0  # a fresh count never saw it
 
 
 @linux_only

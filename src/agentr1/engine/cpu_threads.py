@@ -30,9 +30,11 @@ from pathlib import Path
 
 import torch
 
+from agentr1.core import release_openmp_threads
+
 from .thread_tuner import fastest_threads
 
-__all__ = ["CpuThreads", "busy_ticks", "threads_for", "usable_cores"]
+__all__ = ["CpuThreads", "TeamCpu", "busy_ticks", "threads_for", "usable_cores"]
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +93,9 @@ def _machine_busy_s(cpus: set[int], *, count_nice: bool = True) -> float | None:
     return busy_ticks(text, cpus, count_nice=count_nice) / _TICKS
 
 
-def _team_cpu_s(name: str) -> float:
-    """CPU seconds of this process's threads called ``name`` (the engine's worker and its OpenMP threads)."""
-    total = 0
+def _named_threads_cpu_s(name: str) -> dict[int, float]:
+    """CPU seconds of each of this process's threads called ``name``, by thread id."""
+    seconds = {}
     for task in Path("/proc/self/task").iterdir():
         try:
             stat = (task / "stat").read_text()
@@ -103,8 +105,26 @@ def _team_cpu_s(name: str) -> float:
         if stat[stat.index("(") + 1:comm_end] != name:
             continue
         fields = stat[comm_end + 2:].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
-    return total / _TICKS
+        seconds[int(task.name)] = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (proc(5) 14, 15)
+    return seconds
+
+
+class TeamCpu:
+    """CPU seconds the threads called ``name`` have used (the engine's worker and its OpenMP threads), counting
+    threads that have ended since with the time they had when last seen: the worker ends its OpenMP threads whenever
+    the engine goes idle (``engine.py``), and their time must not turn into other work's when they vanish from
+    ``/proc/self/task``. (Read :meth:`seconds` just before ending them to count all of it.)"""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._seen: dict[int, float] = {}
+        self._ended_s = 0.0
+
+    def seconds(self) -> float:
+        now = _named_threads_cpu_s(self.name)
+        self._ended_s += sum(s for tid, s in self._seen.items() if tid not in now)
+        self._seen = now
+        return self._ended_s + sum(now.values())
 
 
 def _name_this_thread(name: bytes) -> bool:
@@ -142,6 +162,7 @@ class CpuThreads:
         self.calibrated_up_to = 0
         self.seconds: dict[int, float] = {}  # each count's forward at calibration (for logs and tests)
         self._counting = False  # whether /proc lets the free cores be counted
+        self._team = TeamCpu(ENGINE_THREAD_NAME.decode())
 
     def start(self) -> None:
         """Name the worker thread (before its first parallel region starts OpenMP threads) and choose."""
@@ -178,6 +199,13 @@ class CpuThreads:
                  ", ".join(f"{n}: {1000 * s:.0f} ms" for n, s in self.seconds.items()))
         return best
 
+    def release_pool(self) -> bool:
+        """End the worker's OpenMP threads (the engine is idle: ``core/openmp.py`` says why), their CPU time still
+        counted as the engine's; True when they ended."""
+        if self._counting:
+            self._team.seconds()
+        return release_openmp_threads()
+
     def _use(self, threads: int) -> None:
         if threads != self.threads:
             torch.set_num_threads(threads)
@@ -187,7 +215,7 @@ class CpuThreads:
         machine = _machine_busy_s(self._cpus, count_nice=not self._above_niced_work)
         if machine is None:
             return None
-        return _Sample(time.monotonic(), machine, _team_cpu_s(ENGINE_THREAD_NAME.decode()))
+        return _Sample(time.monotonic(), machine, self._team.seconds())
 
     def adjust(self, *, force: bool = False) -> int:
         """Count the free cores again if a second has passed (or ``force``) and use the fastest count they allow;

@@ -347,7 +347,7 @@ class Engine:
             with self._cv:
                 while not self._stopping and not batch.rows and (self._is_paused() or not self._queue):
                     if pooled:  # idle: our workers would slow every other thread's parallel work (core/openmp.py)
-                        pooled = not release_openmp_threads()
+                        pooled = not self._threads.release_pool()
                     self._idle.set()
                     self._cv.wait()
                 if self._stopping:
