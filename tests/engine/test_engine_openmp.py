@@ -1,7 +1,7 @@
 """The engine leaves no idle OpenMP pool behind: not the one loading the model started on the caller's thread, not
 its worker's once the batch is empty. An idle pool beside a busy one makes libgomp sleep and wake the busy pool's
-threads on every parallel product (``agentr1/core/openmp.py``): the engine decoded 16 sessions at 132 tokens/s with
-the loading thread's pool alive and 184 without it (docs/benchmarks.md row 46)."""
+threads on every parallel product (``agentr1/core/openmp.py``): the engine decoded 16 sessions at 127-135 tokens/s
+with the loading thread's pool alive and 187-206 without it (docs/benchmarks.md row 46)."""
 
 from __future__ import annotations
 
