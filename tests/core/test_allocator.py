@@ -12,6 +12,9 @@ import sys
 import pytest
 
 from agentr1.core import MALLOC_SETTINGS
+from agentr1.core.allocator import TORCH_HUGE_PAGES, transparent_huge_pages
+
+HUGE_PAGES = transparent_huge_pages() in ("always", "madvise")  # the kernel offers them to an madvise
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
 
@@ -38,7 +41,8 @@ print(json.dumps({"applied": applied, "faults": faults, "child": json.loads(chil
 
 
 def probe(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "AGENTR1_MALLOC"}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("MALLOC_") and k not in ("AGENTR1_MALLOC", TORCH_HUGE_PAGES)}
     clean["MALLOC_MMAP_THRESHOLD_"] = str(4 << 20)  # fixed, as the demo's stages run (examples/chains/demo.py)
     done = subprocess.run([sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True,
                           timeout=120)
@@ -51,7 +55,7 @@ def test_freed_memory_is_reused_and_children_inherit_the_settings():
     pages = (2 << 20) // 4096
     assert default["applied"] == {} and set(default["child"]) == {"MALLOC_MMAP_THRESHOLD_"}
     assert default["faults"] > 10 * pages  # each round a fresh mapping, faulted in page by page
-    assert set(kept["applied"]) == set(MALLOC_SETTINGS)
+    assert set(kept["applied"]) == set(MALLOC_SETTINGS) | ({TORCH_HUGE_PAGES} if HUGE_PAGES else set())
     assert kept["faults"] < 3 * pages, kept  # the first round only
     assert kept["child"] == {"MALLOC_MMAP_THRESHOLD_": str(4 << 20),
                              **{name: str(value) for name, (_, value) in MALLOC_SETTINGS.items()}}
@@ -59,8 +63,45 @@ def test_freed_memory_is_reused_and_children_inherit_the_settings():
 
 def test_the_users_own_malloc_settings_win():
     mine = probe(MALLOC_TOP_PAD_="131072")
-    assert set(mine["applied"]) == set(MALLOC_SETTINGS) - {"MALLOC_TOP_PAD_"}
+    assert set(mine["applied"]) - {TORCH_HUGE_PAGES} == set(MALLOC_SETTINGS) - {"MALLOC_TOP_PAD_"}
     assert mine["child"]["MALLOC_TOP_PAD_"] == "131072"
+    assert TORCH_HUGE_PAGES not in probe(THP_MEM_ALLOC_ENABLE="0")["applied"]
+
+
+# keep_freed_memory before torch's first allocation, then 20 rounds of a 64 MiB tensor filled and dropped (over the
+# 4 MiB mmap threshold: a fresh mapping each round): the rounds' minor faults and the huge pages of the last tensor
+TORCH_PROBE = """
+import json, resource
+from agentr1.core import keep_freed_memory
+applied = keep_freed_memory()
+import torch
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    block = torch.empty(16 << 20, dtype=torch.float32).fill_(1.0)
+    huge_kib = next(int(line.split()[1]) for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages"))
+    del block
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({"applied": applied, "faults": faults, "huge_kib": huge_kib}))
+"""
+
+
+@pytest.mark.skipif(not HUGE_PAGES, reason="the kernel has no transparent huge pages for an madvise: nothing to ask")
+def test_on_glibc_torch_tensors_fault_in_huge_pages_not_4k_ones():
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("MALLOC_") and k not in ("AGENTR1_MALLOC", "LD_PRELOAD", TORCH_HUGE_PAGES)}
+    clean["MALLOC_MMAP_THRESHOLD_"] = str(4 << 20)
+
+    def run(mode: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", TORCH_PROBE], env={**clean, "AGENTR1_MALLOC": mode},
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    pages = (64 << 20) // 4096
+    huge, plain = run("glibc"), run("default")
+    assert plain["applied"] == {} and plain["faults"] > 15 * pages and plain["huge_kib"] == 0, plain
+    assert huge["applied"][TORCH_HUGE_PAGES] == 1 and huge["huge_kib"] >= 32 << 10, huge
+    assert huge["faults"] < pages, huge  # at most a few 4 KiB pages at each mapping's unaligned ends
 
 
 # preload_jemalloc re-executes `python -c` with jemalloc where the system has it; then 20 rounds of malloc -> write
