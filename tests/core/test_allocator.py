@@ -121,13 +121,15 @@ for _ in range(20):
     ctypes.memset(p, 1, size)
     libc.free(p)
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+from agentr1.core.allocator import process_memory
+freed_kept_gb = process_memory().get("freed_kept_gb")
 def rss_mib():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
 kept = rss_mib()
 under_the_limit = release_freed_memory(keep_bytes=size + (16 << 20))  # 64 MiB freed: within the limit, kept
 released = release_freed_memory(keep_bytes=size // 2)
 print(json.dumps({"malloc": malloc_in_use(), "faults": faults, "released": released, "kept": not under_the_limit,
-                  "rss_drop_mib": kept - rss_mib()}))
+                  "rss_drop_mib": kept - rss_mib(), "freed_kept_gb": freed_kept_gb}))
 """
 
 
@@ -147,9 +149,23 @@ def test_preloaded_jemalloc_reuses_a_large_freed_block_that_glibc_faults_in_ever
     pages = (64 << 20) // 4096
     glibc = run(AGENTR1_MALLOC="glibc")
     assert glibc["malloc"] == "glibc" and glibc["faults"] > 15 * pages and glibc["released"] is False
+    assert glibc["freed_kept_gb"] is None  # process_memory reports it only under jemalloc
     chosen = run()
     if jemalloc_library() is None:
         assert chosen["malloc"] == "glibc"
     else:  # faulted in once, kept while freed, given back on request
         assert chosen["malloc"] == "jemalloc" and chosen["faults"] < 2 * pages, chosen
         assert chosen["kept"] is True and chosen["released"] is True and chosen["rss_drop_mib"] >= 60, chosen
+        assert chosen["freed_kept_gb"] >= 60 / 1024, chosen  # the 64 MiB block, freed and kept
+
+
+def test_process_memory_reports_the_high_water_mark_that_a_large_block_raised():
+    from agentr1.core.allocator import process_memory
+
+    before = process_memory()
+    block = bytearray(b"\x01") * (256 << 20)  # every page written
+    during = process_memory()
+    del block
+    after = process_memory()
+    assert during["rss_gb"] >= before["rss_gb"] + 0.24 and during["peak_gb"] >= during["rss_gb"]
+    assert after["peak_gb"] >= before["rss_gb"] + 0.24 and after["rss_gb"] <= during["rss_gb"]

@@ -134,7 +134,8 @@ def test_offline_training_on_sessions_another_process_collected(tmp_path, tiny_m
 def test_the_steps_report_what_the_embedded_engine_did(tmp_path, tiny_model_path):
     """engine/* are the engine's counters over each step (its rollout and the evaluations in it): over the
     run, every prompt token of every stored call was either prefilled or served from a cached prefix, and
-    every stored action token was sampled. Counters that were not per step would add up to more."""
+    every stored action token was sampled. Counters that were not per step would add up to more. memory/* say
+    what the process held and which phase raised its peak."""
     _run(_config(tmp_path, tiny_model_path, steps=2))
     history = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     steps = [h for h in history if h["step"] > 0]
@@ -151,6 +152,16 @@ def test_the_steps_report_what_the_embedded_engine_did(tmp_path, tiny_model_path
         assert h["engine/prefill_tokens"] > 0 and h["engine/decode_steps"] > 0
         assert h["engine/forward_passes"] >= h["engine/decode_steps"]
         assert 0 < h["engine/busy_s"] and 0 < h["engine/busy_share"] < 1
+    # memory/*: this (pytest's) process, on glibc: its high-water mark, never below the RSS, never falling, and
+    # which phase of the step raised it
+    for h in steps:
+        assert 0 < h["memory/rss_gb"] <= h["memory/peak_gb"] and "memory/freed_kept_gb" not in h
+        assert h["memory/peak_rise_rollout_gb"] >= 0 and h["memory/peak_rise_update_gb"] >= 0
+    assert steps[0]["memory/peak_gb"] <= steps[1]["memory/peak_gb"]
+    # before each update the idle engine gave its KV cache back (the update's new weights forget it anyway)
+    assert all(h["memory/kv_cache_released_gb"] > 0 for h in steps)
+    assert steps[1]["memory/peak_gb"] >= steps[0]["memory/peak_gb"] + steps[1]["memory/peak_rise_rollout_gb"] \
+        + steps[1]["memory/peak_rise_update_gb"] - 1e-6
 
 
 def test_the_renamed_trainer_engine_key_names_its_new_name(tmp_path, tiny_model_path):

@@ -36,7 +36,8 @@ import sys
 from typing import Any
 
 __all__ = ["JEMALLOC_CONF", "KEEP_FREED_BYTES", "MALLOC_SETTINGS", "TORCH_HUGE_PAGES", "jemalloc_library",
-           "keep_freed_memory", "malloc_in_use", "preload_jemalloc", "release_freed_memory", "transparent_huge_pages"]
+           "keep_freed_memory", "malloc_in_use", "preload_jemalloc", "process_memory", "release_freed_memory",
+           "transparent_huge_pages"]
 
 # mallopt's parameter numbers (malloc.h) and the environment variable glibc reads for each at start-up
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_ARENA_MAX = -1, -2, -8
@@ -123,6 +124,23 @@ def _freed_bytes(mallctl: Any) -> int | None:
     if mallctl(f"stats.arenas.{_ALL_ARENAS}.pdirty".encode(), ctypes.byref(pages), ctypes.byref(size), None, 0) != 0:
         return None
     return pages.value * os.sysconf("SC_PAGE_SIZE")
+
+
+def process_memory() -> dict[str, float]:
+    """This process's memory in GiB: ``rss_gb`` now, ``peak_gb`` (its high-water mark so far, what the process's
+    maximum RSS will report) and, under jemalloc, ``freed_kept_gb`` (freed pages it keeps for reuse: part of the
+    RSS). Empty where ``/proc`` is not there (not Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            fields = dict(line.split(":", 1) for line in status if line.startswith(("VmRSS", "VmHWM")))
+    except OSError:
+        return {}
+    out = {"rss_gb": int(fields["VmRSS"].split()[0]) / 2**20, "peak_gb": int(fields["VmHWM"].split()[0]) / 2**20}
+    if malloc_in_use() == "jemalloc":
+        freed = _freed_bytes(_mallctl())
+        if freed is not None:
+            out["freed_kept_gb"] = freed / 2**30
+    return out
 
 
 def release_freed_memory(keep_bytes: int = KEEP_FREED_BYTES) -> bool:

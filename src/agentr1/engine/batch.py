@@ -295,6 +295,18 @@ class BatchEngine:
         """Drop the cached prefixes: their keys and values belong to the weights they came from."""
         self.slot_table.prefixes.clear()
 
+    def release_cache(self) -> int:
+        """Free the KV cache while no row runs (its prefixes are forgotten; the next rows grow a new one); returns
+        the bytes it held (0 while rows run: nothing is freed then)."""
+        if self.rows:
+            return 0
+        held = self.cache.slots * self.cache.capacity * self.cache.bytes_per_token
+        self.forget_prefixes()
+        self.cache.resize(0, 0, {})
+        self.slot_table.reset()
+        self._new_buffers()
+        return held
+
     def _new_buffers(self) -> None:
         """The decode step's input buffers for the cache's new size (after :meth:`SlotTable.reserve` re-packed
         it: rows may have moved, captured graphs read the old tensors)."""

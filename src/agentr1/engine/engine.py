@@ -312,6 +312,19 @@ class Engine:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the tensors may be the trainer's (CUDA IPC): copied now
 
+    def release_cache(self) -> int:
+        """Free the KV cache of an engine in this process while no row runs; returns the bytes freed (0 while rows
+        run, before :meth:`start`, or for an engine process, whose memory is its own). A trainer calls it before
+        an update: the new weights forget every cached prefix anyway, and meanwhile the cache would sit idle beside
+        the update's peak (the next rows grow a new one)."""
+        if self._remote is not None or self.batch is None:
+            return 0
+        with self._model_lock:
+            freed = self.batch.release_cache()
+        if freed:
+            log.info("local engine: KV cache released (%.2f GB)", freed / 1e9)
+        return freed
+
     def load_weights_when_idle(self, tensors: Mapping[str, torch.Tensor], version: int) -> None:
         """:meth:`load_weights` once the rows running now have finished, holding new ones back meanwhile (the
         engine process: its clients' rows are not paused by the owner)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1.core import resolve_model
+from agentr1.core.allocator import process_memory
 from agentr1.sdk import configure
 from agentr1.store import ImageStore, TraceStore, normalize_url
 from agentr1.trainer.agent_session import use_session_threads
@@ -127,12 +128,14 @@ class Trainer:
             await self.source.start()
             while self.state.step < cfg.total_training_steps:
                 step = self.state.step + 1
-                started = time.monotonic()
+                started, at_start = time.monotonic(), process_memory()
                 data = await self.source.take(step)  # 1-2. rollout and reward (or stored sessions)
+                after_rollout = process_memory()
                 if before is not None:
                     self.tracker.log(0, await before)
                     before = None
                 metrics = await self.learn(data)
+                metrics.update(peak_rises(at_start, after_rollout, process_memory()))
                 self.source.after_update(step, data, metrics)
                 metrics["perf/step_s"] = time.monotonic() - started
                 await self.end_step(step, metrics)
@@ -173,6 +176,8 @@ class Trainer:
                 trained = rows_with_signal(batch)
                 metrics["actor/rows_skipped"] = float(len(batch) - (len(trained) if trained is not None else 0))
             if trained is not None:
+                if self.serving is not None and self.config.trainer.mode != "async":  # no rollout runs meanwhile
+                    metrics["memory/kv_cache_released_gb"] = await self.serving.release_cache() / 2**30
                 metrics.update(await asyncio.to_thread(self.policy.update, trained, temperature=temperature))
         if self.policy.critic is not None:
             metrics.update(await asyncio.to_thread(self.policy.update_critic, batch))
@@ -194,6 +199,7 @@ class Trainer:
             metrics.update(await self.evaluate())
         if step == cfg.total_training_steps and self.val_tasks:
             metrics.update(await self.evaluate())
+        metrics.update({f"memory/{name}": value for name, value in process_memory().items()})
         if self.serving is not None:
             now, counters = time.monotonic(), self.serving.engine_counters()
             metrics.update(engine_metrics(self._engine_mark[1], counters, now - self._engine_mark[0]))
@@ -234,6 +240,17 @@ class Trainer:
         if self.serving is not None:
             self.serving.close()
         self.store.close()
+
+
+def peak_rises(at_start: dict[str, float], after_rollout: dict[str, float],
+               after_update: dict[str, float]) -> dict[str, float]:
+    """How far a step's rollout (the held-out evaluation beside the first one included) and its update with the
+    weight sync raised the process's memory high-water mark, GiB (``memory/peak_rise_*``; ``memory/peak_gb`` is the
+    mark itself): which phase sets a run's peak memory. Empty where :func:`process_memory` reads nothing."""
+    if not at_start or not after_rollout or not after_update:
+        return {}
+    return {"memory/peak_rise_rollout_gb": after_rollout["peak_gb"] - at_start["peak_gb"],
+            "memory/peak_rise_update_gb": after_update["peak_gb"] - after_rollout["peak_gb"]}
 
 
 def engine_metrics(before: dict[str, float], after: dict[str, float], wall_s: float) -> dict[str, float]:

@@ -110,6 +110,12 @@ class Serving:
             return int(await policy.sync_to(self.backend))
         return int(await policy.sync_to(_OnGatewayLoop(self.gateway)))
 
+    async def release_cache(self) -> int:
+        """Free the embedded engine's KV cache while it runs no row (before an update: the new weights forget its
+        prefixes anyway); returns the bytes freed, 0 for a backend without one here (SGLang, vLLM)."""
+        release = getattr(self.backend, "release_cache", None)
+        return 0 if release is None else int(await release())
+
     async def align(self, policy: Any, policy_version: int) -> int:
         """At setup: if the servers report another version than the trainer's ``policy_version``, load
         the policy's weights into them. Returns the version to record from now on."""

@@ -59,6 +59,8 @@ class Tracker:
                             if key in metrics)
         if "perf/tokens_per_s" in metrics:
             summary += f"  {metrics['perf/tokens_per_s']:.0f} tok/s"
+        if "memory/peak_gb" in metrics:
+            summary += f"  peak {metrics['memory/peak_gb']:.1f} GiB"
         self.progress.update(self.task, completed=step, description=summary)
 
     def plot(self) -> Path | None:

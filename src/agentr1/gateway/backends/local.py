@@ -176,6 +176,10 @@ class LocalBackend:
             await self._wait_idle()
             return await asyncio.to_thread(self.engine.update_weights, tensors)
 
+    async def release_cache(self) -> int:
+        """Free the engine's KV cache while no row runs (:meth:`Engine.release_cache`); returns the bytes freed."""
+        return await asyncio.to_thread(self.engine.release_cache)
+
     async def _wait_idle(self) -> None:
         while not self.engine.idle():
             await asyncio.sleep(0.005)
