@@ -82,11 +82,12 @@ def update_phase(method: _Method) -> _Method:
     """An update phase of the policy, cleaned up after for the phase that follows (the rollout, in this process):
 
     - memory: under jemalloc (``agentr1.core.allocator``) what the phase frees is kept for its own later
-      micro-batches; before it starts, every freed page goes back to the system, so the phase's peak is its own
-      working set beside what is live (kept, up to 1 GiB of earlier leftovers could sit beside it; a demo run on that
-      setting peaked at 6.32 GiB, over its 6 GiB bound); when it ends, freed memory beyond
-      :data:`~agentr1.core.allocator.KEEP_FREED_BYTES` goes back, so one phase's leftovers do not pile up beside the
-      next one's peak (the laptop demo's SFT stage grew to 7.7 GiB over 6 steps without it);
+      micro-batches; before it starts and when it ends, every freed page goes back to the system, so its peak is its
+      own working set beside what is live, and the rollout after it starts from what is live too (kept, up to 1 GiB
+      of leftovers could sit beside the next phase's peak: a demo run with 1 GiB kept before the update peaked at
+      6.32 GiB, over its 6 GiB bound; in float32 the rollout after an update with 1 GiB kept raised the peak by 1.1
+      GiB, docs/benchmarks.md row 53); the laptop demo's SFT stage grew to 7.7 GiB over 6 steps with nothing given
+      back;
     - threads: its thread's OpenMP workers end with it (``agentr1.core.openmp``), else the engine's decode steps
       pay a futex wake-up per parallel product for the rest of the run."""
 
@@ -96,7 +97,7 @@ def update_phase(method: _Method) -> _Method:
         try:
             return method(*args, **kwargs)
         finally:
-            release_freed_memory()
+            release_freed_memory(keep_bytes=0)
             release_openmp_threads()
 
     return phase  # type: ignore[return-value]
