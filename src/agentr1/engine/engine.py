@@ -313,11 +313,12 @@ class Engine:
                 torch.cuda.synchronize(self.device)  # the tensors may be the trainer's (CUDA IPC): copied now
 
     def release_cache(self) -> int:
-        """Free the KV cache of an engine in this process while no row runs; returns the bytes freed (0 while rows
-        run, before :meth:`start`, or for an engine process, whose memory is its own). A trainer calls it before
-        an update: the new weights forget every cached prefix anyway, and meanwhile the cache would sit idle beside
-        the update's peak (the next rows grow a new one)."""
-        if self._remote is not None or self.batch is None:
+        """Free the KV cache of a CPU engine in this process while no row runs; returns the bytes freed (0 while rows
+        run, before :meth:`start`, for an engine process, whose memory is its own, and on a GPU, where a new cache
+        would also mean capturing the CUDA graphs again). A trainer calls it before an update: the new weights forget
+        every cached prefix anyway, and meanwhile the cache would sit idle beside the update's peak (the next rows
+        grow a new one)."""
+        if self._remote is not None or self.batch is None or self.device.type != "cpu":
             return 0
         with self._model_lock:
             freed = self.batch.release_cache()
