@@ -20,6 +20,7 @@ from agentr1.core.allocator import (
     keep_freed_memory,
     malloc_in_use,
     preload_jemalloc,
+    process_memory,
     release_freed_memory,
 )
 from agentr1.core.heap import freeze_heap, frozen_heap
@@ -67,6 +68,7 @@ __all__ = [
     "models_cache_dir",
     "packaged_model",
     "preload_jemalloc",
+    "process_memory",
     "release_freed_memory",
     "release_openmp_threads",
     "resolve_model",

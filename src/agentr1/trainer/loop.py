@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentr1.core import resolve_model
-from agentr1.core.allocator import process_memory
+from agentr1.core import process_memory, resolve_model
 from agentr1.sdk import configure
 from agentr1.store import ImageStore, TraceStore, normalize_url
 from agentr1.trainer.agent_session import use_session_threads
