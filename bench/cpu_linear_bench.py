@@ -9,6 +9,12 @@ ran before), ``x @ W.T`` on a transposed copy, and oneDNN with the weight reorde
 float32 weights of the real shapes, 30 of each layer shape taken in turn (``--warm``: one, which stays in the
 caches). It prints GFLOP/s and the weight bytes read per second for each, and the time of one decode step's products
 (30 layers + lm_head) each way.
+
+    .venv/bin/python bench/cpu_linear_bench.py --fused [--dtype bfloat16] [--threads 2]
+
+times one decode step's per-layer products on oneDNN two ways instead, in interleaved rounds: each layer's own
+(q, k, v, o, gate, up, down: seven products) against its siblings fused (q/k/v and gate/up stacked,
+``FusedLinears``: four products), 30 layers of random weights of the real shapes.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from agentr1.engine.packed_linear import pack_linears
+from agentr1.engine.packed_linear import fused_linears, pack_linears
 
 LAYERS = 30
 SHAPES = {"q": (576, 576), "k,v": (576, 192), "o": (576, 576), "gate,up": (576, 1536), "down": (1536, 576),
@@ -58,15 +65,59 @@ def time_product(rows: int, k: int, n: int, rounds: int, copies: int) -> dict[st
             "oneDNN": best_time(lambda: packed[next(turn) % copies](x), reps, rounds)}
 
 
+class _Layer(nn.Module):
+    """One SmolLM2 decoder layer's linear layers, named as transformers names them."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        for name, (k, n) in {"q_proj": (576, 576), "k_proj": (576, 192), "v_proj": (576, 192), "o_proj": (576, 576),
+                             "gate_proj": (576, 1536), "up_proj": (576, 1536), "down_proj": (1536, 576)}.items():
+            setattr(self, name, nn.Linear(k, n, bias=False, dtype=dtype))
+
+
+def fused_step(rows: int, rounds: int, dtype: torch.dtype) -> None:
+    """One decode step's per-layer products, each layer's own against the siblings fused (see the module docstring)."""
+    ways = {}
+    for fuse in (False, True):
+        layers = [_Layer(dtype) for _ in range(LAYERS)]
+        for layer in layers:
+            pack_linears(layer, fuse=fuse)
+        ways["fused" if fuse else "separate"] = layers
+    x, h = torch.randn(rows, 576, dtype=dtype), torch.randn(rows, 1536, dtype=dtype)
+
+    def separate() -> None:
+        for m in ways["separate"]:
+            m.q_proj(x), m.k_proj(x), m.v_proj(x), m.o_proj(x), m.gate_proj(x), m.up_proj(x), m.down_proj(h)
+
+    def fused() -> None:
+        for m in ways["fused"]:
+            fused_linears(m, ("q_proj", "k_proj", "v_proj"))(x), m.o_proj(x)
+            fused_linears(m, ("gate_proj", "up_proj"))(x), m.down_proj(h)
+
+    times: dict[str, list[float]] = {"separate": [], "fused": []}
+    for _ in range(rounds):
+        times["separate"].append(best_time(separate, 20, 1))
+        times["fused"].append(best_time(fused, 20, 1))
+    print(f"{dtype}, {rows} rows, {torch.get_num_threads()} thread(s), {rounds} interleaved rounds of 20 steps\n")
+    print("| round | separate ms | fused ms | fused / separate |\n|---:|---:|---:|---:|")
+    for i, (a, b) in enumerate(zip(times["separate"], times["fused"], strict=True), 1):
+        print(f"| {i} | {a * 1e3:.2f} | {b * 1e3:.2f} | {b / a:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warm", action="store_true", help="one weight per shape, warm in the caches (default: 30)")
+    parser.add_argument("--fused", action="store_true", help="time each layer's products against fused siblings")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="with --fused")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.fused:
+        fused_step(args.rows, args.rounds, getattr(torch, args.dtype))
+        return
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.rows} rows, best of {args.rounds}, "
           f"{'one weight per shape' if args.warm else f'{LAYERS} weights per layer shape, taken in turn'}\n")
     print("| product | in x out | F.linear ms | GFLOP/s | GB/s of weights | x @ W.T ms | oneDNN ms | oneDNN / F.linear |")

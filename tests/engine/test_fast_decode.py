@@ -17,7 +17,7 @@ from torch import nn
 from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.engine import EngineOptions
 from agentr1.engine.fast_decode import unsupported_reason
-from agentr1.engine.packed_linear import PackedLinear, pack_linears, packed_loaders, repack_linears
+from agentr1.engine.packed_linear import PackedLinear, fused_linears, pack_linears, packed_loaders, repack_linears
 from agentr1.engine.weights import copy_into, read_safetensors
 from agentr1.gateway.backends import LocalBackend
 
@@ -168,3 +168,43 @@ def test_the_thread_count_does_not_change_what_is_sampled(smollm2_path: Path) ->
         finally:
             asyncio.run(backend.close())
     assert outputs[0] == outputs[1]
+
+
+def test_fused_siblings_give_each_layer_its_own_bits_and_take_new_weights(tiny_qwen_path: Path) -> None:
+    """q/k/v and gate/up packed as one stacked weight (``FusedLinears``): the model's logits are the bits of the
+    same model with each layer's own product; a weight update, whole or of one layer, reaches the stacked weight."""
+    from transformers import AutoModelForCausalLM
+
+    def load() -> Any:
+        return AutoModelForCausalLM.from_pretrained(tiny_qwen_path, dtype=torch.float32).eval()
+
+    fused, separate = load(), load()
+    pack_linears(fused)
+    pack_linears(separate, fuse=False)
+    attention, mlp = fused.model.layers[0].self_attn, fused.model.layers[0].mlp
+    group = fused_linears(attention, ("q_proj", "k_proj", "v_proj"))
+    assert group is not None and fused_linears(mlp, ("gate_proj", "up_proj")) is not None
+    assert attention.q_proj.packed is None and attention.q_proj.bias is not None  # Qwen2: biased q/k/v
+    assert fused_linears(separate.model.layers[0].self_attn, ("q_proj", "k_proj", "v_proj")) is None
+    ids = torch.tensor([[5, 17, 99, 3, 250, 7, 8, 41]])
+    with torch.inference_mode():
+        assert torch.equal(fused(ids).logits, separate(ids).logits)
+        x = torch.randn(3, attention.q_proj.in_features)
+        assert torch.equal(attention.k_proj(x), separate.model.layers[0].self_attn.k_proj(x))  # k alone: no stale q
+    original = {k: v.clone() for k, v in load().state_dict().items()}
+    assert all(torch.equal(fused.state_dict()[k], v) for k, v in original.items() if k in fused.state_dict())
+
+    new = {k: v * 1.5 if v.dim() == 2 else v + 0.25 for k, v in original.items()}
+    new.pop("lm_head.weight", None) if fused.config.tie_word_embeddings else None
+    for model in (fused, separate):
+        copy_into(model, new)
+    with torch.inference_mode():
+        assert torch.equal(fused(ids).logits, separate(ids).logits)
+    one = "model.layers.0.self_attn.k_proj.weight"  # one layer of a group: staged, packed with its siblings' weights
+    for model in (fused, separate):
+        model.load_state_dict({one: new[one] * -1.0}, strict=False)
+        repack_linears(model)
+    with torch.inference_mode():
+        assert torch.equal(fused(ids).logits, separate(ids).logits)
+    assert torch.equal(fused.state_dict()[one], new[one] * -1.0)
+    assert torch.equal(fused.state_dict()["model.layers.0.self_attn.q_proj.weight"], new["model.layers.0.self_attn.q_proj.weight"])

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .packed_linear import fused_linears
 from .slot_cache import SlotCache, decode_attention
 
 __all__ = ["FastDecode", "fast_decode_for", "unsupported_reason"]
@@ -74,6 +75,8 @@ class _Layer:
     gate: Callable[[torch.Tensor], torch.Tensor]
     up: Callable[[torch.Tensor], torch.Tensor]
     down: Callable[[torch.Tensor], torch.Tensor]
+    qkv: Callable[[torch.Tensor], torch.Tensor] | None  # q, k and v side by side in one product (packed_linear.py)
+    gate_up: Callable[[torch.Tensor], torch.Tensor] | None
 
 
 class FastDecode:
@@ -89,6 +92,7 @@ class FastDecode:
         self.lm_head = model.lm_head.forward  # the module's forward: no hooks in a decode step
         first = inner.layers[0].self_attn
         self.head_dim, self.scaling = first.head_dim, first.scaling
+        self.kv_heads = int(getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads)
         self.layers = [self._layer(layer) for layer in inner.layers]
         self.modules = list(model.modules())
 
@@ -108,7 +112,8 @@ class FastDecode:
                       attention.q_proj.forward, attention.k_proj.forward, attention.v_proj.forward,
                       attention.o_proj.forward, layer.post_attention_layernorm.weight,
                       layer.post_attention_layernorm.variance_epsilon,
-                      mlp.gate_proj.forward, mlp.up_proj.forward, mlp.down_proj.forward)
+                      mlp.gate_proj.forward, mlp.up_proj.forward, mlp.down_proj.forward,
+                      fused_linears(attention, ("q_proj", "k_proj", "v_proj")), fused_linears(mlp, ("gate_proj", "up_proj")))
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                  cache: SlotCache) -> torch.Tensor:
@@ -120,11 +125,18 @@ class FastDecode:
         for index, layer in enumerate(self.layers):
             residual = hidden
             hidden = _norm(hidden, layer.input_norm, layer.input_eps)
-            q = layer.q(hidden).view(shape).transpose(1, 2)
-            k = layer.k(hidden).view(shape).transpose(1, 2)
-            v = layer.v(hidden).view(shape).transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
+            if layer.qkv is not None:  # one product; q and k rotated together (the same operations on each element)
+                qkv = layer.qkv(hidden).view(shape).transpose(1, 2)
+                heads = qkv.shape[1] - 2 * self.kv_heads
+                qk = qkv[:, : heads + self.kv_heads]
+                qk = (qk * cos) + (_rotate_half(qk) * sin)
+                q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + self.kv_heads :]
+            else:
+                q = layer.q(hidden).view(shape).transpose(1, 2)
+                k = layer.k(hidden).view(shape).transpose(1, 2)
+                v = layer.v(hidden).view(shape).transpose(1, 2)
+                q = (q * cos) + (_rotate_half(q) * sin)
+                k = (k * cos) + (_rotate_half(k) * sin)
             keys, values = cache.update(k, v, index)
             heads, kv_heads = q.shape[1], keys.shape[1]
             grouped = q.reshape(batch, kv_heads, heads // kv_heads, self.head_dim)
@@ -133,7 +145,11 @@ class FastDecode:
             hidden = residual + layer.o(attended.reshape(batch, 1, -1).contiguous())
             residual = hidden
             hidden = _norm(hidden, layer.post_norm, layer.post_eps)
-            hidden = residual + layer.down(F.silu(layer.gate(hidden)) * layer.up(hidden))
+            if layer.gate_up is not None:
+                gate, up = layer.gate_up(hidden).chunk(2, dim=-1)
+                hidden = residual + layer.down(F.silu(gate) * up)
+            else:
+                hidden = residual + layer.down(F.silu(layer.gate(hidden)) * layer.up(hidden))
         hidden = _norm(hidden, self.norm, self.norm_eps)
         return self.lm_head(hidden)[:, -1, :]
 

@@ -73,7 +73,9 @@ class SlotTable:
         kept = {s: self.prefixes.tokens(s) for s in idle}
         for i, slot in enumerate(idle):
             moves[slot] = slots - 1 - i
-        self.cache.resize(slots, capacity, moves)
+        used = max([len(r.prompt_ids) + len(r.output_ids) + r.in_flight for r in running]
+                   + [len(tokens) for tokens in kept.values()], default=0)  # the positions moved slots hold
+        self.cache.resize(slots, capacity, moves, used)
         self.prefixes.clear()
         for slot in reversed(idle):
             self.prefixes.add(moves[slot], kept[slot])
