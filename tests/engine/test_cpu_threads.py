@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from agentr1.engine.cpu_threads import (
+    FIRST_LOOK_S,
     CpuThreads,
     TeamCpu,
     _name_this_thread,
@@ -137,3 +138,43 @@ def test_niced_work_counts_only_for_a_niced_engine() -> None:
     if base <= 0:
         plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
         assert plain.split() == [str(base), "True"]
+
+
+@linux_only
+def test_after_a_wait_the_count_covers_the_new_work_not_the_wait() -> None:
+    """Other work while the engine waited (here: every core busy for a second, then quiet again) does not cost the
+    engine's next work its threads: :meth:`CpuThreads.resume` starts a fresh count. Counted over the wait (a forced
+    count, as the worker's next count was before ``resume``), the same second leaves it one thread."""
+    cores = usable_cores()
+    seen: dict[str, int] = {}
+    default = torch.get_num_threads()
+
+    def busy_second() -> None:
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+        time.sleep(1.3)
+        for process in busy:
+            process.kill()
+            process.wait()
+
+    def run() -> None:
+        threads = CpuThreads()
+        threads.start()
+        try:
+            seen["start"] = threads.threads
+            busy_second()
+            seen["stale"] = threads.adjust(force=True)  # the busy second counted
+            time.sleep(0.3)
+            threads.adjust(force=True)  # quiet again
+            busy_second()
+            threads.resume()
+            seen["resumed"] = threads.adjust()  # the threads as they were, until the first look
+            time.sleep(FIRST_LOOK_S + 0.1)
+            seen["looked"] = threads.adjust()
+        finally:
+            torch.set_num_threads(default)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    assert seen["stale"] == 1
+    assert seen["resumed"] == seen["looked"] == seen["start"] == cores, seen

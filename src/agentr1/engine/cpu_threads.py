@@ -1,6 +1,7 @@
 """How many CPU threads the embedded engine's torch ops use: at most one per core that other work leaves free,
-counted again every second while the engine runs, and of those counts the one a decode-sized forward ran fastest
-on when the engine started (``thread_tuner.py``) (:class:`CpuThreads`, used by the CPU worker in ``engine.py``).
+counted again every second while the engine runs (and a quarter second into its work after it waited for some), and
+of those counts the one a decode-sized forward ran fastest on when the engine started (``thread_tuner.py``)
+(:class:`CpuThreads`, used by the CPU worker in ``engine.py``).
 
 Why: a forward's parallel regions end on a barrier that waits for every one of its threads. With torch's default
 (one thread per core) and one other busy process on a 2-core laptop, one engine thread shares its core with that
@@ -162,6 +163,7 @@ class CpuThreads:
         self.calibrated_up_to = 0
         self.seconds: dict[int, float] = {}  # each count's forward at calibration (for logs and tests)
         self._counting = False  # whether /proc lets the free cores be counted
+        self._recheck_s = RECHECK_S  # the next count's window
         self._team = TeamCpu(ENGINE_THREAD_NAME.decode())
 
     def start(self) -> None:
@@ -206,6 +208,16 @@ class CpuThreads:
             self._team.seconds()
         return release_openmp_threads()
 
+    def resume(self) -> None:
+        """The engine has work again after waiting for it. What the machine did while it waited (another program's
+        burst, this process's own work between rollouts: a weight update, a ``generate``) says little about now: the
+        next count covers only this work's first :data:`FIRST_LOOK_S`, and the threads stay as they were until then.
+        (Counted over the wait, a 16-session run that began right after two busy cores' work ran its first second on
+        one thread: 0.85x the tokens/s, bench/local_engine_bench.py, 2026-12-06.)"""
+        if self._counting:
+            self._last = self._sample()
+            self._recheck_s = FIRST_LOOK_S
+
     def _use(self, threads: int) -> None:
         if threads != self.threads:
             torch.set_num_threads(threads)
@@ -221,8 +233,9 @@ class CpuThreads:
         """Count the free cores again if a second has passed (or ``force``) and use the fastest count they allow;
         returns the threads in use."""
         last = self._last
-        if last is None or (not force and time.monotonic() - last.at < RECHECK_S):
+        if last is None or (not force and time.monotonic() - last.at < self._recheck_s):
             return self.threads
+        self._recheck_s = RECHECK_S
         now = self._sample()
         assert now is not None
         elapsed = now.at - last.at

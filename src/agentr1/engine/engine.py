@@ -358,12 +358,14 @@ class Engine:
         self._choose_threads()
         pooled = True  # this thread's OpenMP workers are alive (they start with its first parallel op)
         while True:
+            waited = False
             with self._cv:
                 while not self._stopping and not batch.rows and (self._is_paused() or not self._queue):
                     if pooled:  # idle: our workers would slow every other thread's parallel work (core/openmp.py)
                         pooled = not self._threads.release_pool()
                     self._idle.set()
                     self._cv.wait()
+                    waited = True
                 if self._stopping:
                     break
                 if not batch.rows and not self._is_paused():
@@ -377,6 +379,8 @@ class Engine:
                 if admitted or batch.rows:
                     self._idle.clear()
                     pooled = True
+            if waited:
+                self._threads.resume()
             if admitted or batch.rows:
                 self._threads.adjust()
             started = time.perf_counter()
