@@ -277,7 +277,8 @@ async def main() -> None:
     parser.add_argument("--inexact", action="store_true",
                         help="also run this tree's engine with exact=False (a call's new prompt tokens in one forward)")
     parser.add_argument("--bfloat16", action="store_true",
-                        help="also run this tree's engine in bfloat16 (with --inexact: exact off too)")
+                        help="also run this tree's engine in bfloat16 (with --inexact: exact off too; with --before: "
+                             "that commit's engine too)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)  # for the baseline; the engines' workers set their own
@@ -293,7 +294,11 @@ async def main() -> None:
         engines[name] = engines[THIS_TREE]
         options[name] = {"dtype": "bfloat16", **({"exact": False} if args.inexact else {})}
     if args.before:
-        engines = {f"local @ {args.before}": engine_at(args.before), **engines}
+        before = {f"local @ {args.before}": engine_at(args.before)}
+        if args.bfloat16:  # the earlier engine in bfloat16 too, beside this tree's
+            before[f"local @ {args.before}, bfloat16"] = before[f"local @ {args.before}"]
+            options[f"local @ {args.before}, bfloat16"] = {"dtype": "bfloat16"}
+        engines = {**before, **engines}
     base = {name: vocabulary_of(module) for name, module in engines.items()}
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{args.threads or torch.get_num_threads()}; {args.turns} turn(s) x up to {args.tokens} tokens per session"

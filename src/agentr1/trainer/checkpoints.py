@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agentr1.core import release_freed_memory
+
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_NAME = re.compile(r"step_(\d+)")  # not step_<k>.partial: a save that was interrupted
 
@@ -54,4 +56,5 @@ def save_checkpoint(out_dir: Path, policy: Any, state: TrainerState) -> Path:
     (partial / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
+    release_freed_memory(keep_bytes=0)  # what saving freed would sit beside the next rollout (agentr1.core.allocator)
     return final
