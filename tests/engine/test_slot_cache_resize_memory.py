@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from agentr1.core.allocator import JEMALLOC_CONF, jemalloc_library
 from agentr1.engine.slot_cache import SlotCache
 
 CONFIG = SimpleNamespace(num_hidden_layers=3, num_key_value_heads=2, head_dim=8, num_attention_heads=4, hidden_size=32)
@@ -73,11 +74,17 @@ print((kib("VmHWM") - base) * 1024, old, new)
 """
 
 
-def test_resize_frees_the_old_cache_before_allocating_the_new() -> None:
+@pytest.mark.parametrize("malloc", ["glibc", "jemalloc"])
+def test_resize_frees_the_old_cache_before_allocating_the_new(malloc: str) -> None:
     if not os.access("/proc/self/clear_refs", os.W_OK):
         pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak RSS")
     # plain glibc malloc, which unmaps freed blocks this large: nothing preloaded, no malloc settings inherited
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("MALLOC_")}
+    if malloc == "jemalloc":  # as the agentr1 command runs: jemalloc keeping what is freed (JEMALLOC_CONF)
+        library = jemalloc_library()
+        if library is None:
+            pytest.skip("this system has no jemalloc (libjemalloc2)")
+        env.update(LD_PRELOAD=library, MALLOC_CONF=JEMALLOC_CONF)
     done = subprocess.run(
         [sys.executable, "-c", _MEASURE_RESIZE], env=env, capture_output=True, text=True, timeout=120, check=True
     )

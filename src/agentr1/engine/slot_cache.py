@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from agentr1.core import release_freed_memory
+
 __all__ = ["ATTENTION_NAME", "SlotCache", "attention_kernels", "decode_attention", "exact_decode_attention",
            "one_token_attention", "use_grouped_decode_attention"]
 
@@ -66,8 +68,9 @@ class SlotCache:
         ``moves`` (the prefix each slot holds, its first ``used`` positions: all of them up to the smaller
         capacity when None).
 
-        The moved prefixes are copied out and the old cache freed before the new one is allocated, so
-        the peak holds the new cache and those prefixes, not both caches (it grows during a rollout)."""
+        The moved prefixes are copied out and the old cache freed (its pages given back on the CPU, where
+        jemalloc would keep them) before the new one is allocated, so the peak holds the new cache and those
+        prefixes, not both caches (it grows during a rollout)."""
         keep = min(self.capacity, capacity) - 1
         if used is not None:
             keep = min(keep, used)
@@ -78,6 +81,8 @@ class SlotCache:
             kept = self._all_keys[:, old, :, :keep], self._all_values[:, old, :, :keep]
         self.keys, self.values = [], []  # views of the old tensors: drop them too
         self._all_keys = self._all_values = torch.zeros(0)
+        if self.device.type == "cpu":  # under jemalloc the old cache's pages stay the process's until given back
+            release_freed_memory(keep_bytes=0)
         self.slots = self.capacity = 0  # an empty cache until the new one is there
         shape = (self.layers, slots, self.kv_heads, capacity, self.head_dim)
         self._all_keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
