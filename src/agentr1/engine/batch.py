@@ -46,7 +46,7 @@ import torch
 
 from agentr1.core.generation import BackendError, GenerateResult
 
-from .fast_decode import fast_decode_for
+from .flat_forward import flat_forward_for, flat_prefill
 from .grammar import grammar_mask
 from .graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from .images import image_token_id, prompt_embeds, segment_inputs
@@ -117,8 +117,8 @@ class BatchEngine:
             # it compiles twice (one row, which torch specialises, and any other count), not once per shape
             self._decode_step = torch.compile(self._decode_forward, dynamic=True)
         self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and options.cuda_graphs else None
-        # on the CPU a Llama-family step runs as one flat function of the same operations (fast_decode.py)
-        self._fast = fast_decode_for(model) if not gpu and options.fast_decode and not options.compile else None
+        # on the CPU a Llama-family step or text prefill runs as one flat function of the same operations (flat_forward.py)
+        self._flat = flat_forward_for(model) if not gpu and options.flat_forward and not options.compile else None
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._in_flight: _Step | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)
@@ -397,19 +397,32 @@ class BatchEngine:
         ids, pos, cols = ids.to(self.device), pos.to(self.device), cols.to(self.device)
         slots = torch.tensor([[row.slot] for row, _, _ in segments], dtype=torch.long, device=self.device)
         mask = (self._cols[:kv_len][None, None, :] <= pos[:, :, None])[:, None]  # pad queries see column 0
-        self.cache.begin(slots, cols, kv_len, slots[:, 0])
+        rows = None if lead is None else torch.tensor(lead, dtype=torch.long, device=self.device)
+        if self._flat is not None and not self._flat.hooked() and all(row.embeds is None for row, _, _ in segments):
+            flat = flat_prefill(ids, pos, cols != self.cache.scratch)  # the real queries only (flat_forward.py)
+            self.cache.begin(slots.index_select(0, flat.places // width),
+                             cols.reshape(-1, 1).index_select(0, flat.places), kv_len, slots[:, 0])
+            logits = self._flat.prefill(flat, mask, self.cache, rows)
+        else:
+            self.cache.begin(slots, cols, kv_len, slots[:, 0])
+            logits = self._model_prefill(segment_inputs(self.model, ids, segments, width), pos, mask, rows)
+        self._count_forward(count)
+        return logits
+
+    def _model_prefill(self, inputs: dict[str, torch.Tensor], pos: torch.Tensor, mask: torch.Tensor,
+                       rows: torch.Tensor | None) -> torch.Tensor:
+        """The model's forward over a padded prefill (the cache already set): the last position's logits per row,
+        with ``rows`` of the rows it lists."""
         hook = None
-        if lead is not None:
-            rows = torch.tensor(lead, dtype=torch.long, device=self.device)
+        if rows is not None:
             hook = self.model.get_output_embeddings().register_forward_pre_hook(
                 lambda _, args: (args[0].index_select(0, rows), *args[1:]))
         try:
-            out = self.model(**segment_inputs(self.model, ids, segments, width), position_ids=pos,
-                             attention_mask=mask, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            out = self.model(**inputs, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+                             use_cache=True, logits_to_keep=1)
         finally:
             if hook is not None:
                 hook.remove()
-        self._count_forward(count)
         return out.logits[:, -1, :]
 
     # -- decode ---------------------------------------------------------------------------
@@ -419,8 +432,8 @@ class BatchEngine:
         pos = self._pos[:batch]
         mask = (self._cols[:kv_len][None, :] <= pos[:, None])[:, None, None, :]
         self.cache.begin(self._slot_ids[:batch, None], pos[:, None], kv_len, None)
-        if self._fast is not None and not self._fast.hooked():
-            return self._fast(self._ids[:batch], pos[:, None], mask, self.cache)
+        if self._flat is not None and not self._flat.hooked():
+            return self._flat.decode(self._ids[:batch], pos[:, None], mask, self.cache)
         out = self.model(input_ids=self._ids[:batch], position_ids=pos[:, None], attention_mask=mask,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]

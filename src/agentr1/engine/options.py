@@ -28,6 +28,6 @@ class EngineOptions:
     cuda_graphs: bool = True  # replay decode steps from CUDA graphs on a GPU
     compile: bool = False  # run the decode step through torch.compile
     prefill_budget: int | None = None  # prompt tokens per prefill forward (None: 16,384 on a GPU, 1,024 on the CPU)
-    fast_decode: bool = True  # on the CPU, decode Llama/Qwen2 steps as one flat function (fast_decode.py)
+    flat_forward: bool = True  # on the CPU, run Llama/Qwen2 decode steps and text prefills as flat functions (flat_forward.py)
     packed_weights: bool = True  # on the CPU, multiply by weights packed once for oneDNN (packed_linear.py)
     overlap: bool | None = None  # queue each decode step before reading the previous one's tokens (None: on a GPU)

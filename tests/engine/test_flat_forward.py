@@ -1,7 +1,7 @@
-"""The CPU engine's flat decode step (fast_decode.py) and its oneDNN-packed products (packed_linear.py) change
-how fast a step runs, not what it samples: the same requests give the same ids and the same log-probability
-bits with the flat step on and off, on a Llama and a Qwen2 (biased q/k/v); the packed products stay within
-float32 rounding of the model's own and renew with the weights."""
+"""The CPU engine's flat decode steps and prefills (flat_forward.py) and its oneDNN-packed products (packed_linear.py)
+change how fast a forward runs, not what it samples: the same requests, over two turns (the second reusing the first's
+prefix), give the same ids and the same log-probability bits with the flat forward on and off, on a Llama and a Qwen2
+(biased q/k/v); the packed products stay within float32 rounding of the model's own and renew with the weights."""
 
 from __future__ import annotations
 
@@ -16,43 +16,76 @@ from torch import nn
 
 from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.engine import EngineOptions
-from agentr1.engine.fast_decode import unsupported_reason
+from agentr1.engine.flat_forward import FlatForward, FlatPrefill, flat_prefill, unsupported_reason
 from agentr1.engine.packed_linear import PackedLinear, fused_linears, pack_linears, packed_loaders, repack_linears
 from agentr1.engine.weights import copy_into, read_safetensors
 from agentr1.gateway.backends import LocalBackend
 
 
 def run(path: Path, **options: Any) -> tuple[LocalBackend, list[tuple[list[int], list[float]]]]:
+    """Six requests at once (prompts of different lengths, three samplers), then each one's next turn at once."""
     backend = LocalBackend(path, EngineOptions(device="cpu", dtype="float32", num_threads=1, max_batch_size=8,
                                                **options))
     backend.engine.start()
     tok = backend.engine.tokenizer
     settings = [dict(temperature=0.0), dict(temperature=1.0, seed=7), dict(temperature=0.8, top_p=0.9, seed=3)]
-    requests = [GenerateRequest(
-        prompt_ids=tok.encode(f"<|im_start|>user\nitem {i}: " + "and more " * i + "<|im_end|>\n<|im_start|>assistant\n",
-                              add_special_tokens=False),
-        sampling=SamplingParams(max_new_tokens=12 + i, **settings[i % 3])) for i in range(6)]
+    prompts = [tok.encode(f"<|im_start|>user\nitem {i}: " + "and more " * i + "<|im_end|>\n<|im_start|>assistant\n",
+                          add_special_tokens=False) for i in range(6)]
+    follow_up = tok.encode("<|im_end|>\n<|im_start|>user\ngo on<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
 
-    async def together() -> list[tuple[list[int], list[float]]]:
+    async def turn(prompts: list[list[int]]) -> list[tuple[list[int], list[float]]]:
+        requests = [GenerateRequest(prompt_ids=p, sampling=SamplingParams(max_new_tokens=12 + i, **settings[i % 3]))
+                    for i, p in enumerate(prompts)]
         results = await asyncio.gather(*(backend.generate(r) for r in requests))
         return [(r.output_ids, r.logprobs) for r in results]
 
-    return backend, asyncio.run(together())
+    async def two_turns() -> list[tuple[list[int], list[float]]]:
+        first = await turn(prompts)
+        second = await turn([p + ids + follow_up for p, (ids, _) in zip(prompts, first, strict=True)])
+        return first + second
+
+    return backend, asyncio.run(two_turns())
 
 
 @pytest.mark.parametrize("model", ["tiny_model_path", "tiny_qwen_path"])
-def test_the_flat_decode_step_samples_the_same_bits_as_the_models_forward(model: str,
-                                                                         request: pytest.FixtureRequest) -> None:
+def test_the_flat_forward_samples_the_same_bits_as_the_models_forward(model: str,
+                                                                      request: pytest.FixtureRequest) -> None:
     path = request.getfixturevalue(model)
-    fast, with_flat = run(path)
-    plain, without = run(path, fast_decode=False)
+    prefills: list[int] = []
+    original = FlatForward.prefill
+
+    def counted(self: FlatForward, flat: FlatPrefill, *args: Any) -> torch.Tensor:
+        prefills.append(flat.places.numel() - flat.real)  # the real prefill runs; how many rows it padded
+        return original(self, flat, *args)
+
+    FlatForward.prefill = counted  # type: ignore[method-assign]
     try:
-        assert fast.engine.batch._fast is not None and plain.engine.batch._fast is None
+        fast, with_flat = run(path)
+    finally:
+        FlatForward.prefill = original  # type: ignore[method-assign]
+    plain, without = run(path, flat_forward=False)
+    try:
+        assert fast.engine.batch._flat is not None and plain.engine.batch._flat is None
         assert with_flat == without  # ids and log-probabilities, bit for bit
-        assert sum(len(ids) for ids, _ in with_flat) > 60
+        assert sum(len(ids) for ids, _ in with_flat) > 120
+        assert len(prefills) >= 4 and all(0 <= padded < 16 for padded in prefills)  # both turns prefilled flat
+        assert fast.stats.cached_tokens > 0  # the second turn reused the first's prefix
     finally:
         asyncio.run(fast.close())
         asyncio.run(plain.close())
+
+
+def test_a_flat_prefill_holds_the_real_queries_in_rows_of_a_multiple_of_16() -> None:
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10], [0, 0, 0, 11]])
+    positions = torch.tensor([[0, 0, 32, 33], [16, 17, 18, 19], [0, 0, 0, 40]])
+    flat = flat_prefill(ids, positions, ids != 0)
+    assert flat.real == 7 and flat.places.numel() == 16 and (flat.rows, flat.width) == (3, 4)
+    assert flat.ids[:7].tolist() == [5, 6, 7, 8, 9, 10, 11] and flat.ids[7:].tolist() == [5] * 9
+    assert flat.positions[:7].tolist() == [32, 33, 16, 17, 18, 19, 40]
+    assert flat.places[:7].tolist() == [2, 3, 4, 5, 6, 7, 11]
+    assert flat.last.tolist() == [1, 5, 6]  # each row's last query
+    one = flat_prefill(ids[2:], positions[2:], ids[2:] != 0)
+    assert one.real == 1 and one.places.numel() == 16  # a single query is not multiplied alone
 
 
 def test_models_the_flat_step_does_not_cover_say_why(tiny_vlm_path: Path) -> None:
