@@ -16,10 +16,12 @@ the same system message of about N tokens (an agent's instructions and tool sche
 share: 232 of the first prompt's 260 tokens in the chains demo). ``--before COMMIT`` also runs the
 local engine as it was at COMMIT (its backend files are read from git into a temporary package),
 alternating with this one --repeat times; the best run of each is shown. Prints a markdown table:
-wall time, total tokens/s, per-session tokens/s, prompt tokens prefilled, forward passes, the CPU
+wall time, total tokens/s, per-session tokens/s, prompt tokens prefilled, the engine's wall seconds in admissions
+(prefill forwards and their first tokens; engines before 2026-12-06 do not count them), forward passes, the CPU
 seconds this process used and the machine's load average when the run began (on a shared machine,
 a load above the core count means the numbers are lower bounds). --baseline adds plain HF
-``model.generate`` on the first turn's prompts (forced to --tokens new tokens).
+``model.generate`` on the first turn's prompts (forced to --tokens new tokens). ``--model-forward`` adds this
+tree's engine with ``flat_forward=False``: every prefill and decode step through the model's forward.
 
 ``--contend 0 1`` runs everything once per condition: with 0, then 1 competing busy process that the bench
 itself starts for the duration of that condition's runs (a pure-Python busy loop, as another program on the
@@ -148,6 +150,7 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     generated = sum(counts)
     prefilled = getattr(backend.stats, "prefill_tokens", None)
+    prefill_s = getattr(backend.stats, "prefill_s", None)  # engines before 2026-12-06 did not count it
     return {
         "wall_s": wall,
         "tokens": generated,
@@ -155,6 +158,7 @@ async def sessions_run(backend: Any, module: Any, sessions: int, turns: int, tok
         "per_session_tokens_per_s": generated / sessions / wall,
         "prefilled": "-" if prefilled is None else prefilled - before.prefill_tokens,
         "forwards": backend.stats.forward_passes - before.forward_passes,
+        "prefill_s": None if prefill_s is None else prefill_s - before.prefill_s,
         "cpu_s": cpu,
         "load": load,
     }
@@ -276,6 +280,9 @@ async def main() -> None:
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
     parser.add_argument("--inexact", action="store_true",
                         help="also run this tree's engine with exact=False (a call's new prompt tokens in one forward)")
+    parser.add_argument("--model-forward", action="store_true",
+                        help="also run this tree's engine with flat_forward=False (the model's forward for prefills and "
+                             "decode steps; with --bfloat16 in bfloat16 too)")
     parser.add_argument("--bfloat16", action="store_true",
                         help="also run this tree's engine in bfloat16 (with --inexact: exact off too; with --before: "
                              "that commit's engine too)")
@@ -293,6 +300,10 @@ async def main() -> None:
         name = "local (this tree, bfloat16" + (", exact off)" if args.inexact else ")")
         engines[name] = engines[THIS_TREE]
         options[name] = {"dtype": "bfloat16", **({"exact": False} if args.inexact else {})}
+    if args.model_forward:
+        for dtype in ("float32", "bfloat16") if args.bfloat16 else ("float32",):
+            name = "local (this tree, model forward" + (", bfloat16)" if dtype == "bfloat16" else ")")
+            engines[name], options[name] = engines[THIS_TREE], {"dtype": dtype, "flat_forward": False}
     if args.before:
         before = {f"local @ {args.before}": engine_at(args.before)}
         if args.bfloat16:  # the earlier engine in bfloat16 too, beside this tree's
@@ -331,8 +342,8 @@ def print_table(results: dict[tuple[int, str, int], list[dict[str, Any]]], condi
     """One row per condition, engine and concurrency: the best run's details, the tokens/s of every run, and
     (beside ``generate``) the ratio to it run by run, with the load average each run began at."""
     print("\n| busy processes | engine | sessions | threads | tokens | wall s | tokens/s (best) | tokens/s all runs | "
-          "x generate (run by run) | prefilled | forwards | CPU s | load at start |")
-    print("|---:|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|")
+          "x generate (run by run) | prefilled | prefill s (run by run) | forwards | CPU s | load at start |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|---|---:|---|---:|---:|---|")
     for busy in conditions:
         for concurrency in concurrencies:
             for (b, name, c), runs in results.items():
@@ -345,8 +356,9 @@ def print_table(results: dict[tuple[int, str, int], list[dict[str, Any]]], condi
                 ratio = "-" if baseline is None or name.startswith("hf generate") else " / ".join(
                     f"{r['tokens_per_s'] / g['tokens_per_s']:.2f}" for r, g in zip(runs, baseline, strict=False))
                 loads = " / ".join(f"{r['load']:.1f}" for r in runs)
+                prefill = " / ".join("-" if r.get("prefill_s") is None else f"{r['prefill_s']:.2f}" for r in runs)
                 print(f"| {busy} | {name} | {c} | {best.get('threads', '-')} | {best['tokens']} | {best['wall_s']:.1f} | "
-                      f"{best['tokens_per_s']:.1f} | {every} | {ratio} | {best['prefilled']} | {best['forwards']} | "
+                      f"{best['tokens_per_s']:.1f} | {every} | {ratio} | {best['prefilled']} | {prefill} | {best['forwards']} | "
                       f"{best['cpu_s']:.1f} | {loads} |")
 
 if __name__ == "__main__":

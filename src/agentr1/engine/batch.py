@@ -30,7 +30,9 @@ first of them, whose keys and values (and last logits) are then copied to the ot
 In ``exact`` mode (the default on the CPU) every prefill forward is one chunk of :data:`CHUNK`
 queries per row over exactly the positions up to the chunk's end, grouped by chunk, so a chunk's
 keys and values are the same bits however the prompt reached it: with and without reuse the
-sampled ids and log-probabilities are identical. On a GPU (``exact=False``) longer segments are
+sampled ids and log-probabilities are identical (the forwards are planned up front, ``prefill_plan.py``; on the CPU a
+Llama-family admission runs its planned forwards together, layer by layer, over its real tokens only, each chunk's
+attention in its own forward's shape: ``flat_forward.py``). On a GPU (``exact=False``) longer segments are
 prefilled per forward and reuse is exact up to float rounding. Keys and values of decoded tokens
 are not reused: the next turn prefills them again (once).
 """
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,12 +49,21 @@ import torch
 
 from agentr1.core.generation import BackendError, GenerateResult
 
-from .flat_forward import flat_forward_for, flat_prefill
+from .flat_forward import flat_forward_for
 from .grammar import grammar_mask
 from .graphs import LENGTH_STEP, DecodeGraphs, row_bucket
 from .images import image_token_id, prompt_embeds, segment_inputs
 from .options import EngineOptions
-from .prefix import CHUNK, Segment, share_segments
+from .prefill_plan import (
+    PlannedForward,
+    flat_layout,
+    forward_shape,
+    padded_segments,
+    passes,
+    plan_forwards,
+    shared_columns,
+)
+from .prefix import Segment
 from .rows import EngineStats, Row
 from .sampling import HostCopy, Sampled, SamplingBatch, row_key, sample_batch, to_device, to_host
 from .slot_cache import SlotCache, attention_kernels
@@ -132,8 +144,10 @@ class BatchEngine:
 
     def prefill(self, rows: list[Row]) -> None:
         """Prefill new rows (reusing cached prefixes), sample their first token, join the batch."""
+        started = time.perf_counter()
         with attention_kernels(self.device):
             self._prefill(rows)
+        self.stats.prefill_s += time.perf_counter() - started
 
     def decode(self) -> None:
         """One decode step for every running row."""
@@ -323,106 +337,76 @@ class BatchEngine:
 
     def _run_prefill(self, rows: list[Row]) -> None:
         self.stats.prefill_passes += 1  # one per admission, however many chunked forwards it takes
-        cursor = {id(r): r.cached for r in rows}
         for row in rows:
             self.stats.cached_tokens += row.cached
-        pending = list(rows)
-        while pending:
-            for segments in self._plan(pending, cursor):
-                leaders, lead = segments, list(range(len(segments)))
-                if self.prefix_cache:  # rows admitted together compute a common span once
-                    leaders, lead = share_segments(segments)
-                finished = [i for i, (row, _, end) in enumerate(segments) if end == len(row.prompt_ids)]
-                shared = len(leaders) < len(segments)
-                logits = self._prefill_forward(leaders, lead if finished and shared else None)
-                if shared:
-                    self._copy_shared(segments, leaders, lead)
-                for row, _, end in segments:
-                    cursor[id(row)] = end
-                if finished:  # a follower samples (with its own parameters and key) from its leader's logits
-                    index = torch.tensor(finished, device=self.device)
-                    done = [segments[i][0] for i in finished]
-                    sampling = SamplingBatch([r.sampling for r in done], [r.key for r in done], self.device)
-                    last = logits.index_select(0, index)
-                    allowed = grammar_mask(enumerate(r.grammar for r in done), last)
-                    self._append(done, to_host(sample_batch(last, sampling, [0] * len(done), allowed), sampling))
-            pending = [r for r in pending if cursor[id(r)] < len(r.prompt_ids)]
+        forwards = plan_forwards(rows, exact=self.exact, budget=self.prefill_budget, prefix_cache=self.prefix_cache)
+        flat = self._flat is not None and not self._flat.hooked() and all(row.embeds is None for row in rows)
+        for forward, logits in (self._flat_forwards if flat else self._model_forwards)(forwards):
+            self._count_shared(forward)
+            finished = forward.finished
+            if finished:  # a follower samples (with its own parameters and key) from its leader's logits
+                assert logits is not None
+                index = torch.tensor(finished, device=self.device)
+                done = [forward.segments[i][0] for i in finished]
+                sampling = SamplingBatch([r.sampling for r in done], [r.key for r in done], self.device)
+                last = logits.index_select(0, index)
+                allowed = grammar_mask(enumerate(r.grammar for r in done), last)
+                self._append(done, to_host(sample_batch(last, sampling, [0] * len(done), allowed), sampling))
 
-    def _copy_shared(self, segments: list[Segment], leaders: list[Segment], lead: list[int]) -> None:
-        """Copy each leader's new keys and values to the rows that share its segment (counted as cached)."""
-        followers: dict[int, list[Row]] = {}
-        for (row, start, end), j in zip(segments, lead, strict=True):
-            if row is not leaders[j][0]:
-                followers.setdefault(j, []).append(row)
+    def _model_forwards(self, forwards: list[PlannedForward]) -> Iterator[tuple[PlannedForward, torch.Tensor]]:
+        """Run ``forwards`` one by one through the model's forward: each with its logits (per leader, or per segment
+        where finished rows shared one)."""
+        for forward in forwards:
+            logits = self._prefill_forward(forward.leaders, forward.logit_rows)
+            for shared in shared_columns(forward, self.device):
+                self.cache.copy_columns(shared.source, shared.targets, shared.start, shared.end)
+            yield forward, logits
+
+    def _flat_forwards(self, forwards: list[PlannedForward]) -> Iterator[tuple[PlannedForward, torch.Tensor | None]]:
+        """Run ``forwards`` as flat prefills of up to the prefill budget's tokens each (flat_forward.py): the same
+        logits, bit for bit, where a forward gives any."""
+        assert self._flat is not None
+        for run in passes(forwards, self.prefill_budget):
+            flat = flat_layout(run, exact=self.exact, length_step=self.length_step, scratch=self.cache.scratch,
+                               pad_id=self.pad_id, device=self.device)
+            for forward in run:
+                self.stats.prefill_tokens += forward.tokens
+            logits = self._flat.prefill(flat, self.cache)
+            self._count_forward(len({id(row) for forward in run for row, _, _ in forward.leaders}))
+            yield from zip(run, logits, strict=True)
+
+    def _count_shared(self, forward: PlannedForward) -> None:
+        """Count the segments ``forward``'s leaders computed for the rows that share them as cached."""
+        for (row, start, end), j in zip(forward.segments, forward.lead, strict=True):
+            if row is not forward.leaders[j][0]:
                 row.cached += end - start
                 self.stats.cached_tokens += end - start
-        for j, rows in followers.items():
-            leader, start, end = leaders[j]
-            self.cache.copy_columns(leader.slot, [r.slot for r in rows], start, end)
-
-    def _plan(self, rows: list[Row], cursor: dict[int, int]) -> list[list[Segment]]:
-        """The next forwards: lists of (row, start, end) segments of the prompts."""
-        if self.exact:  # one chunk per row, rows grouped by chunk
-            groups: dict[int, list[Segment]] = {}
-            for row in rows:
-                start = cursor[id(row)]
-                end = min(len(row.prompt_ids), (start // CHUNK + 1) * CHUNK)
-                groups.setdefault(start // CHUNK, []).append((row, start, end))
-            return [groups[k] for k in sorted(groups)]
-        per_row = max(CHUNK, (self.prefill_budget // len(rows)) // CHUNK * CHUNK)
-        segments = []
-        for row in rows:
-            start = cursor[id(row)]
-            segments.append((row, start, min(len(row.prompt_ids), (start // CHUNK) * CHUNK + per_row)))
-        return [segments]
 
     def _prefill_forward(self, segments: list[Segment], lead: list[int] | None = None) -> torch.Tensor:
         """One forward over left-padded segments; returns the last position's logits per segment, or with
         ``lead`` per entry of ``lead`` (the segment it reads): the output layer then runs over as many rows as
         the forward would have without sharing, so that the logits keep their bits (a CPU matrix product's
         last bits depend on its row count)."""
-        width = CHUNK if self.exact else max(end - start for _, start, end in segments)
-        top = max(end for _, _, end in segments)
-        kv_len = round_up(top, CHUNK) if self.exact else min(round_up(top, self.length_step), self.cache.scratch)
-        count = len(segments)
-        ids = torch.full((count, width), self.pad_id, dtype=torch.long)
-        pos = torch.zeros((count, width), dtype=torch.long)
-        cols = torch.full((count, width), self.cache.scratch, dtype=torch.long)
-        for i, (row, start, end) in enumerate(segments):
-            n = end - start
-            ids[i, width - n :] = torch.tensor(row.prompt_ids[start:end], dtype=torch.long)
-            pos[i, width - n :] = torch.arange(start, end)
-            cols[i, width - n :] = torch.arange(start, end)
-            self.stats.prefill_tokens += n
+        width, kv_len = forward_shape(segments, exact=self.exact, length_step=self.length_step,
+                                      scratch=self.cache.scratch)
+        ids, pos, cols = padded_segments(segments, width, self.pad_id, self.cache.scratch)
+        self.stats.prefill_tokens += sum(end - start for _, start, end in segments)
         ids, pos, cols = ids.to(self.device), pos.to(self.device), cols.to(self.device)
         slots = torch.tensor([[row.slot] for row, _, _ in segments], dtype=torch.long, device=self.device)
         mask = (self._cols[:kv_len][None, None, :] <= pos[:, :, None])[:, None]  # pad queries see column 0
-        rows = None if lead is None else torch.tensor(lead, dtype=torch.long, device=self.device)
-        if self._flat is not None and not self._flat.hooked() and all(row.embeds is None for row, _, _ in segments):
-            flat = flat_prefill(ids, pos, cols != self.cache.scratch)  # the real queries only (flat_forward.py)
-            self.cache.begin(slots.index_select(0, flat.places // width),
-                             cols.reshape(-1, 1).index_select(0, flat.places), kv_len, slots[:, 0])
-            logits = self._flat.prefill(flat, mask, self.cache, rows)
-        else:
-            self.cache.begin(slots, cols, kv_len, slots[:, 0])
-            logits = self._model_prefill(segment_inputs(self.model, ids, segments, width), pos, mask, rows)
-        self._count_forward(count)
-        return logits
-
-    def _model_prefill(self, inputs: dict[str, torch.Tensor], pos: torch.Tensor, mask: torch.Tensor,
-                       rows: torch.Tensor | None) -> torch.Tensor:
-        """The model's forward over a padded prefill (the cache already set): the last position's logits per row,
-        with ``rows`` of the rows it lists."""
+        self.cache.begin(slots, cols, kv_len, slots[:, 0])
         hook = None
-        if rows is not None:
+        if lead is not None:
+            rows = torch.tensor(lead, dtype=torch.long, device=self.device)
             hook = self.model.get_output_embeddings().register_forward_pre_hook(
                 lambda _, args: (args[0].index_select(0, rows), *args[1:]))
         try:
-            out = self.model(**inputs, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
-                             use_cache=True, logits_to_keep=1)
+            out = self.model(**segment_inputs(self.model, ids, segments, width), position_ids=pos,
+                             attention_mask=mask, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         finally:
             if hook is not None:
                 hook.remove()
+        self._count_forward(len(segments))
         return out.logits[:, -1, :]
 
     # -- decode ---------------------------------------------------------------------------

@@ -8,12 +8,14 @@ embedding module, the engine's :class:`~.slot_cache.SlotCache` and its attention
 function, so its logits and keys/values are the same bits as the model's forward (``tests/engine/test_flat_forward.py``).
 
 A prefill forward holds each row's new prompt tokens left-padded to the longest (in exact mode: to a chunk of 16
-queries per row), so the model's forward multiplies every padding query through every layer: for 16 short prompts
-300 real tokens took 512 rows of products. :meth:`FlatForward.prefill` multiplies the real tokens only, as one flat
-batch of one-query rows, and lays their queries out left-padded just for the attention, whose shape (and so its
-bits) stays the model's. The products' row count is rounded up to a multiple of 16 (rows repeating the first
-token), as the padded forward's always was: a packed product's rows do not depend on how many share it from 2 up
-(``packed_linear.py``), and keeping the multiple of 16 keeps that to what the exact prefill has always relied on.
+queries per row, one chunk per forward), so the model's forward multiplies every padding query through every layer
+(16 short prompts: 156 real tokens in 256 rows) and reads every weight once per chunk. :meth:`FlatForward.prefill`
+runs consecutive planned forwards of an admission (``prefill_plan.py``) as one pass: their real tokens only, as one
+flat batch of one-query rows, and per planned forward its queries laid out padded as that forward held them, just for
+its attention, whose shape (and so its bits) stays the model's. The products' row count is rounded up to a multiple of
+16 (rows repeating the first query), as the padded forward's always was: a packed product's rows do not depend on how
+many share it from 2 up (``packed_linear.py``), and the multiple of 16 keeps that to what the exact prefill has always
+relied on.
 
 It covers the architectures the engine serves by default, ``LlamaForCausalLM`` (SmolLM2) and
 ``Qwen2ForCausalLM`` (Qwen2.5) without sliding-window layers, with SiLU MLPs; :func:`flat_forward_for` returns
@@ -34,10 +36,9 @@ import torch.nn.functional as F
 from .packed_linear import fused_linears
 from .slot_cache import SlotCache, decode_attention
 
-__all__ = ["FlatForward", "FlatPrefill", "flat_forward_for", "flat_prefill", "unsupported_reason"]
+__all__ = ["AttentionGroup", "FlatForward", "FlatPrefill", "SharedColumns", "flat_forward_for", "unsupported_reason"]
 
 ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM"}
-ROW_MULTIPLE = 16  # a flat prefill's products run over a multiple of this many rows
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -94,30 +95,43 @@ Attend = Callable[[int, _Layer, torch.Tensor, torch.Tensor, torch.Tensor], torch
 
 
 @dataclass(frozen=True)
+class AttentionGroup:
+    """The attention of one planned prefill forward (``prefill_plan.py``) inside a flat prefill: its ``rows`` rows of
+    ``width`` queries laid out left-padded as that forward held them."""
+
+    flat: torch.Tensor  # [n]: the flat rows of its real queries
+    padded: torch.Tensor  # [n]: their places in its padded [rows * width] layout
+    rows: int
+    width: int
+    slots: torch.Tensor  # [rows]: the slot each of its rows reads
+    kv_len: int
+    mask: torch.Tensor  # [rows, 1, width, kv_len], True: attend
+    last: torch.Tensor | None  # the flat rows whose logits it gives, in order (None: it gives none)
+
+
+@dataclass(frozen=True)
+class SharedColumns:
+    """Columns ``start..end-1`` that slot ``source`` computes for the slots ``targets`` (rows sharing its segment)."""
+
+    source: int
+    targets: torch.Tensor
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class FlatPrefill:
-    """The real queries of one prefill forward over ``rows`` left-padded rows of ``width`` queries, as flat rows:
-    the real ones in order, then repeats of the first up to a multiple of :data:`ROW_MULTIPLE` (they compute what it
-    computes and write the same keys to the same place)."""
+    """Planned prefill forwards as one flat batch of one-query rows: the real queries of all of them (the first
+    ``real``), then repeats of the first up to a multiple of 16 rows (their products' row count; nothing of them is
+    kept). Real query ``i``'s keys and values go to column ``cols[i]`` of slot ``slots[i]``."""
 
     ids: torch.Tensor  # [M]
     positions: torch.Tensor  # [M]
-    places: torch.Tensor  # [M]: each flat row's index in the padded [rows * width] layout
-    real: int  # how many flat rows are real queries
-    last: torch.Tensor  # [rows]: the flat row of each padded row's last query
-    rows: int
-    width: int
-
-
-def flat_prefill(ids: torch.Tensor, positions: torch.Tensor, real: torch.Tensor) -> FlatPrefill:
-    """The :class:`FlatPrefill` of a padded prefill: ``ids`` and ``positions`` ``[rows, width]``, ``real`` True at
-    the real queries (left-padded rows: each row's last query is real)."""
-    rows, width = ids.shape
-    places = real.reshape(-1).nonzero().squeeze(1)
-    count = places.numel()
-    size = -(-max(count, 2) // ROW_MULTIPLE) * ROW_MULTIPLE
-    places = torch.cat([places, places[:1].expand(size - count)])
-    last = real.sum(1).cumsum(0) - 1
-    return FlatPrefill(ids.reshape(-1)[places], positions.reshape(-1)[places], places, count, last, rows, width)
+    slots: torch.Tensor  # [M]
+    cols: torch.Tensor  # [M]
+    real: int
+    groups: list[AttentionGroup]
+    copies: list[SharedColumns]
 
 
 class FlatForward:
@@ -174,28 +188,34 @@ class FlatForward:
         hidden = _norm(self._layers(ids, positions, attend), self.norm, self.norm_eps)
         return self.lm_head(hidden)[:, -1, :]
 
-    def prefill(self, flat: FlatPrefill, mask: torch.Tensor, cache: SlotCache,
-                lead: torch.Tensor | None = None) -> torch.Tensor:
-        """One prefill forward of ``flat``'s real queries (``cache`` set to write flat row ``i`` where its query goes
-        and to read the padded rows' slots; ``mask`` ``[rows, 1, width, L]`` of the padded layout): the logits of each
-        padded row's last query (with ``lead``, of the rows it lists, in its order), as the model's forward over the
-        padded rows with ``logits_to_keep=1`` gives them."""
-        size, real = flat.places.numel(), flat.places[: flat.real]
+    def prefill(self, flat: FlatPrefill, cache: SlotCache) -> list[torch.Tensor | None]:
+        """One pass of ``flat``'s planned forwards: per forward, the logits of its rows' last queries (rows as the
+        model's forward over that forward's padded rows with ``logits_to_keep=1`` gives them; None where it gives
+        none). Each layer writes every query's keys and values, copies the shared columns, then runs each forward's
+        attention in that forward's own shape."""
+        size = flat.ids.numel()
+        real = flat.real
+        cache.begin(flat.slots[:real, None], flat.cols[:real, None], 0, None)
 
         def attend(index: int, layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            keys, values = cache.update(k, v, index)
+            cache.write(k[:real], v[:real], index)  # the repeats' later layers are not the first query's
+            for shared in flat.copies:
+                cache.copy_columns(shared.source, shared.targets, shared.start, shared.end, layer=index)
             heads = q.shape[1]
-            query = q.new_zeros(flat.rows * flat.width, heads, self.head_dim)
-            query.index_copy_(0, real, q[: flat.real, :, 0])
-            query = query.view(flat.rows, flat.width, heads, self.head_dim).transpose(1, 2)
-            attended, _ = self.sdpa(layer.attention, query, keys, values, mask, dropout=0.0, scaling=self.scaling)
-            return attended.reshape(flat.rows * flat.width, -1).index_select(0, flat.places).view(size, 1, -1)
+            attended = q.new_zeros(size, heads * self.head_dim)
+            for group in flat.groups:
+                keys, values = cache.read(index, group.slots, group.kv_len)
+                query = q.new_zeros(group.rows * group.width, heads, self.head_dim)
+                query.index_copy_(0, group.padded, q.index_select(0, group.flat)[:, :, 0])
+                query = query.view(group.rows, group.width, heads, self.head_dim).transpose(1, 2)
+                out, _ = self.sdpa(layer.attention, query, keys, values, group.mask, dropout=0.0, scaling=self.scaling)
+                attended.index_copy_(0, group.flat, out.reshape(group.rows * group.width, -1).index_select(0, group.padded))
+            return attended.view(size, 1, -1)
 
         hidden = self._layers(flat.ids[:, None], flat.positions[:, None], attend)
-        last = hidden.index_select(0, flat.last)
-        if lead is not None:
-            last = last.index_select(0, lead)
-        return self.lm_head(_norm(last, self.norm, self.norm_eps))[:, -1, :]
+        return [None if group.last is None else
+                self.lm_head(_norm(hidden.index_select(0, group.last), self.norm, self.norm_eps))[:, -1, :]
+                for group in flat.groups]
 
     def _layers(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """The decoder layers over one query per row (``ids``, ``positions`` ``[B, 1]``): the last hidden states."""

@@ -72,6 +72,7 @@ class EngineStats:
     graph_capture_s: float = 0.0  # wall seconds the worker spent capturing decode graphs
     graph_shapes: str = ""  # the captured decode graphs' shapes, "rows x positions", oldest first (the last 32)
     busy_s: float = 0.0  # wall seconds of the worker's steps (prefill + decode); the rest it waited for work
+    prefill_s: float = 0.0  # of those, the wall seconds of admissions (prefill forwards, their first tokens)
 
 
 def end_token_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -99,10 +99,15 @@ class SlotCache:
         self._all_keys[:, target, :, :length] = self._all_keys[:, source, :, :length]
         self._all_values[:, target, :, :length] = self._all_values[:, source, :, :length]
 
-    def copy_columns(self, source: int, targets: list[int], start: int, end: int) -> None:
-        """Copy positions ``start..end-1`` of slot ``source`` into each slot of ``targets`` (all layers)."""
-        index = torch.tensor(targets, dtype=torch.long, device=self.device)
-        for cache in (self._all_keys, self._all_values):
+    def copy_columns(self, source: int, targets: list[int] | torch.Tensor, start: int, end: int,
+                     layer: int | None = None) -> None:
+        """Copy positions ``start..end-1`` of slot ``source`` into each slot of ``targets`` (all layers, or ``layer``)."""
+        index = torch.as_tensor(targets, dtype=torch.long, device=self.device)
+        if layer is None:
+            pairs = [self._all_keys, self._all_values]
+        else:
+            pairs = [self.keys[layer][None], self.values[layer][None]]
+        for cache in pairs:
             cache[:, index, :, start:end] = cache[:, source : source + 1, :, start:end]
 
     def swap_prefixes(self, a: int, b: int, length: int) -> None:
@@ -128,14 +133,24 @@ class SlotCache:
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Called by every attention layer: store the new keys/values, return what to attend to."""
-        k, v = self.keys[layer_idx], self.values[layer_idx]
+        self.write(key_states, value_states, layer_idx)
+        return self.read(layer_idx, self._read_slots, self._kv_len)
+
+    def write(self, key_states: torch.Tensor, value_states: torch.Tensor, layer: int) -> None:
+        """Store ``layer``'s new keys and values where :meth:`begin` said."""
+        k, v = self.keys[layer], self.values[layer]
         # one row copy per key ([batch, heads, queries, dim] in the order of _write_rows): an index_put of the same
         # writes took 4-50x longer on the CPU (2026-12-06)
         k.view(-1, self.head_dim).index_copy_(0, self._write_rows, key_states.reshape(-1, self.head_dim).to(k.dtype))
         v.view(-1, self.head_dim).index_copy_(0, self._write_rows, value_states.reshape(-1, self.head_dim).to(v.dtype))
-        if self._read_slots is None:
-            return k[: self._rows, :, : self._kv_len], v[: self._rows, :, : self._kv_len]
-        return k[self._read_slots, :, : self._kv_len], v[self._read_slots, :, : self._kv_len]
+
+    def read(self, layer: int, slots: torch.Tensor | None, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``layer``'s keys and values of the first ``kv_len`` positions of ``slots`` (None: slots ``0..rows-1`` of the
+        last :meth:`begin`, in place)."""
+        k, v = self.keys[layer], self.values[layer]
+        if slots is None:
+            return k[: self._rows, :, :kv_len], v[: self._rows, :, :kv_len]
+        return k[slots, :, :kv_len], v[slots, :, :kv_len]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # the engine always passes positions: the model never asks
