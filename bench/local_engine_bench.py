@@ -22,6 +22,8 @@ seconds this process used and the machine's load average when the run began (on 
 a load above the core count means the numbers are lower bounds). --baseline adds plain HF
 ``model.generate`` on the first turn's prompts (forced to --tokens new tokens). ``--model-forward`` adds this
 tree's engine with ``flat_forward=False``: every prefill and decode step through the model's forward.
+``--profile`` ends with one more run of this tree's engine at the largest concurrency under torch.profiler
+and prints its ops by host time.
 
 ``--contend 0 1`` runs everything once per condition: with 0, then 1 competing busy process that the bench
 itself starts for the duration of that condition's runs (a pure-Python busy loop, as another program on the
@@ -280,6 +282,9 @@ async def main() -> None:
     parser.add_argument("--baseline", action="store_true", help="also time plain HF model.generate")
     parser.add_argument("--inexact", action="store_true",
                         help="also run this tree's engine with exact=False (a call's new prompt tokens in one forward)")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the runs: one more run of this tree's engine at the largest concurrency under "
+                             "torch.profiler, and its op table")
     parser.add_argument("--model-forward", action="store_true",
                         help="also run this tree's engine with flat_forward=False (the model's forward for prefills and "
                              "decode steps; with --bfloat16 in bfloat16 too)")
@@ -334,7 +339,27 @@ async def main() -> None:
                     await backend.close()
                     del backend
                     gc.collect()
+    if args.profile:
+        await profile_run(engines[THIS_TREE], base[THIS_TREE], args)
     print_table(results, args.contend, args.concurrency)
+
+
+async def profile_run(module: Any, vocabulary: Any, args: argparse.Namespace) -> None:
+    """One run of ``module``'s engine at the largest concurrency (after one unprofiled run) under
+    torch.profiler: its ops by host time, every thread's (the engine runs on its own worker thread)."""
+    from profiling import every_thread_profiler
+
+    backend = start(module, args)
+    concurrency = max(args.concurrency)
+    await sessions_run(backend, vocabulary, concurrency, args.turns, args.tokens, args.system_tokens)
+    prof = every_thread_profiler()
+    prof.start()
+    run = await sessions_run(backend, vocabulary, concurrency, args.turns, args.tokens, args.system_tokens)
+    prof.stop()
+    await backend.close()
+    print(f"\nprofiled: {concurrency} sessions, {run['tokens_per_s']:.1f} tokens/s under the profiler", flush=True)
+    events = prof.key_averages()
+    print(events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60), flush=True)
 
 
 def print_table(results: dict[tuple[int, str, int], list[dict[str, Any]]], conditions: list[int],
