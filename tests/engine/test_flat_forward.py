@@ -51,7 +51,9 @@ def run(path: Path, **options: Any) -> tuple[LocalBackend, list[tuple[list[int],
     return backend, asyncio.run(two_turns())
 
 
-@pytest.mark.parametrize("model", ["tiny_model_path", "tiny_qwen_path"])
+@pytest.mark.parametrize("model", ["tiny_model_path", "tiny_qwen_path",
+                                   pytest.param("smollm2_path", marks=pytest.mark.slow),
+                                   pytest.param("qwen05_path", marks=pytest.mark.slow)])
 def test_the_flat_forward_samples_the_same_bits_as_the_models_forward(model: str,
                                                                       request: pytest.FixtureRequest) -> None:
     path = request.getfixturevalue(model)
@@ -71,7 +73,7 @@ def test_the_flat_forward_samples_the_same_bits_as_the_models_forward(model: str
     try:
         assert fast.engine.batch._flat is not None and plain.engine.batch._flat is None
         assert with_flat == without  # ids and log-probabilities, bit for bit
-        assert sum(len(ids) for ids, _ in with_flat) > 200
+        assert sum(len(ids) for ids, _ in with_flat) > 120  # real models stop early at their end token
         assert len(prefills) >= 2 and max(prefills) > 1  # both turns prefilled flat, chunks of a pass together
         assert fast.stats.cached_tokens > 0  # the second turn reused the first's prefix
     finally:
