@@ -67,18 +67,22 @@ def test_the_flat_forward_samples_the_same_bits_as_the_models_forward(model: str
     FlatForward.prefill = counted  # type: ignore[method-assign]
     try:
         fast, with_flat = run(path)
+        passes_of_one_budget = len(prefills)
+        small, with_small_passes = run(path, prefill_budget=32)  # an admission in many passes of <= 32 tokens
     finally:
         FlatForward.prefill = original  # type: ignore[method-assign]
     plain, without = run(path, flat_forward=False)
     try:
         assert fast.engine.batch._flat is not None and plain.engine.batch._flat is None
         assert with_flat == without  # ids and log-probabilities, bit for bit
+        assert with_small_passes == without
         assert sum(len(ids) for ids, _ in with_flat) > 120  # real models stop early at their end token
-        assert len(prefills) >= 2 and max(prefills) > 1  # both turns prefilled flat, chunks of a pass together
+        assert passes_of_one_budget >= 2 and max(prefills[:passes_of_one_budget]) > 1  # chunks of a pass together
+        assert len(prefills) - passes_of_one_budget > 2 * passes_of_one_budget  # the small budget: more passes
         assert fast.stats.cached_tokens > 0  # the second turn reused the first's prefix
     finally:
-        asyncio.run(fast.close())
-        asyncio.run(plain.close())
+        for backend in (fast, small, plain):
+            asyncio.run(backend.close())
 
 
 def test_models_the_flat_step_does_not_cover_say_why(tiny_vlm_path: Path) -> None:
