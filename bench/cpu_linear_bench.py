@@ -7,8 +7,10 @@ For each weight shape of the model (per layer: q, k/v, o, gate/up, down; then th
 ran before), ``x @ W.T`` on a transposed copy, and oneDNN with the weight reordered once (the engine's
 ``PackedLinear``, ``engine/packed_linear.py``, what it runs on the CPU since 2026-12-05), best of ``--rounds``; random
 float32 weights of the real shapes, 30 of each layer shape taken in turn (``--warm``: one, which stays in the
-caches). It prints GFLOP/s and the weight bytes read per second for each, and the time of one decode step's products
-(30 layers + lm_head) each way.
+caches). It prints GFLOP/s and the weight bytes read per second for each (for F.linear and oneDNN), the time of one
+decode step's products (30 layers + lm_head) each way, and first the rate the machine reads memory at on the same
+threads (a sum over 512 MiB): a product whose weights stream faster than that read them from the caches, one well
+below it is bound by its arithmetic or by how it walks memory.
 
     .venv/bin/python bench/cpu_linear_bench.py --fused [--dtype bfloat16] [--threads 2]
 
@@ -44,6 +46,13 @@ def best_time(fn, reps: int, rounds: int) -> float:
             fn()
         best = min(best, (time.perf_counter() - started) / reps)
     return best
+
+
+def read_rate(rounds: int) -> float:
+    """Bytes per second this machine reads from memory on the bench's threads: the sum of a 512 MiB float32 tensor
+    (larger than any cache a laptop has), best of ``rounds``."""
+    data = torch.ones(128 << 20)
+    return data.numel() * 4 / best_time(data.sum, 1, rounds)
 
 
 def time_product(rows: int, k: int, n: int, rounds: int, copies: int) -> dict[str, float]:
@@ -120,8 +129,10 @@ def main() -> None:
         return
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.rows} rows, best of {args.rounds}, "
           f"{'one weight per shape' if args.warm else f'{LAYERS} weights per layer shape, taken in turn'}\n")
-    print("| product | in x out | F.linear ms | GFLOP/s | GB/s of weights | x @ W.T ms | oneDNN ms | oneDNN / F.linear |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print(f"memory read: {read_rate(args.rounds) / 1e9:.1f} GB/s on {args.threads} thread(s) (a 512 MiB sum)\n")
+    print("| product | in x out | F.linear ms | GFLOP/s | GB/s of weights | x @ W.T ms | oneDNN ms | oneDNN / F.linear "
+          "| oneDNN GFLOP/s | oneDNN GB/s of weights |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     step = {"F.linear": 0.0, "x @ W.T": 0.0, "oneDNN": 0.0}
     for name, (k, n) in SHAPES.items():
         copies = 1 if args.warm or name == "lm_head" else LAYERS
@@ -131,7 +142,8 @@ def main() -> None:
         flops, weight_bytes = 2 * args.rows * k * n, 4 * k * n
         base = times["F.linear"]
         print(f"| {name} | {k} x {n} | {base * 1e3:.3f} | {flops / base / 1e9:.1f} | {weight_bytes / base / 1e9:.1f} | "
-              f"{times['x @ W.T'] * 1e3:.3f} | {times['oneDNN'] * 1e3:.3f} | {times['oneDNN'] / base:.2f} |")
+              f"{times['x @ W.T'] * 1e3:.3f} | {times['oneDNN'] * 1e3:.3f} | {times['oneDNN'] / base:.2f} | "
+              f"{flops / times['oneDNN'] / 1e9:.1f} | {weight_bytes / times['oneDNN'] / 1e9:.1f} |")
     print("\none decode step's products (30 layers + lm_head): " +
           ", ".join(f"{way} {seconds * 1e3:.1f} ms" for way, seconds in step.items()))
 

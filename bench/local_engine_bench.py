@@ -20,7 +20,7 @@ wall time, total tokens/s, per-session tokens/s, prompt tokens prefilled, the en
 (prefill forwards and their first tokens; engines before 2026-12-06 do not count them), forward passes, the CPU
 seconds this process used and the machine's load average when the run began (on a shared machine,
 a load above the core count means the numbers are lower bounds). --baseline adds plain HF
-``model.generate`` on the first turn's prompts (forced to --tokens new tokens). ``--model-forward`` adds this
+``model.generate`` on the first turn's prompts (its rows ending at the same end tokens, the tokens up to them counted). ``--model-forward`` adds this
 tree's engine with ``flat_forward=False``: every prefill and decode step through the model's forward.
 ``--profile`` ends with one more run of this tree's engine at the largest concurrency under torch.profiler
 and prints its ops by host time.
@@ -44,6 +44,7 @@ import importlib
 import multiprocessing
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,7 @@ import torch
 
 from agentr1.core import release_openmp_threads
 from agentr1.core.models import resolve_model
+from agentr1.engine.rows import end_token_ids
 from agentr1.gateway.backends import LocalBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +195,10 @@ def plain_model(engine: Any) -> Any:
 def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0, threads: int = 0
                 ) -> dict[str, float]:
     """Plain ``model.generate`` on the first turn's prompts (one left-padded batch), on ``threads`` torch
-    threads (0: torch's default, what a user of ``generate`` gets), with the model as transformers loads it."""
+    threads (0: torch's default, what a user of ``generate`` gets), with the model as transformers loads it. A
+    row ends at one of the engine's end tokens, as a session does; the batch runs until every row has (until
+    2026-12-06 every row was forced to ``tokens`` new tokens, while the engine's sessions stopped at their end
+    token: the engine was timed for fewer tokens in as many steps, 492 against 512 at 16 sessions)."""
     torch.set_num_threads(threads or DEFAULT_THREADS)
     engine = engine_of(backend)
     model = plain_model(engine)
@@ -204,15 +209,26 @@ def hf_generate(backend: Any, sessions: int, tokens: int, system_tokens: int = 0
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=engine.device)
     load = os.getloadavg()[0]
     cpu, started = time.process_time(), time.perf_counter()
+    ends = sorted(end_token_ids(model, engine.tokenizer))  # the engine's sessions end at the same tokens
     with torch.inference_mode():
-        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
-                               do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, eos_token_id=ends,
+                             pad_token_id=pad, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     release_openmp_threads()  # a user of generate has no engine beside it, nor the engine a generate
-    generated = sessions * tokens
+    new = out[:, width:]
+    generated = sum(row_tokens(row, ends) for row in new.tolist())
     return {"wall_s": wall, "tokens": generated, "tokens_per_s": generated / wall,
-            "per_session_tokens_per_s": tokens / wall, "prefilled": "-", "forwards": tokens, "cpu_s": cpu,
-            "load": load, "threads": torch.get_num_threads()}
+            "per_session_tokens_per_s": generated / sessions / wall, "prefilled": "-", "forwards": new.shape[1],
+            "cpu_s": cpu, "load": load, "threads": torch.get_num_threads()}
+
+
+def row_tokens(row: list[int], ends: list[int]) -> int:
+    """The tokens ``generate`` sampled for a row: up to and with its first end token (after it: padding), as the
+    engine counts a session's output."""
+    for i, token in enumerate(row):
+        if token in ends:
+            return i + 1
+    return len(row)
 
 
 def busy_loop(niceness: int = 0) -> None:
@@ -367,7 +383,7 @@ def print_table(results: dict[tuple[int, str, int], list[dict[str, Any]]], condi
     """One row per condition, engine and concurrency: the best run's details, the tokens/s of every run, and
     (beside ``generate``) the ratio to it run by run, with the load average each run began at."""
     print("\n| busy processes | engine | sessions | threads | tokens | wall s | tokens/s (best) | tokens/s all runs | "
-          "x generate (run by run) | prefilled | prefill s (run by run) | forwards | CPU s | load at start |")
+          "x generate (run by run, median) | prefilled | prefill s (run by run) | forwards | CPU s | load at start |")
     print("|---:|---|---:|---:|---:|---:|---:|---|---|---:|---|---:|---:|---|")
     for busy in conditions:
         for concurrency in concurrencies:
@@ -378,13 +394,20 @@ def print_table(results: dict[tuple[int, str, int], list[dict[str, Any]]], condi
                     (busy, baseline_of(THIS_TREE), concurrency))
                 best = max(runs, key=lambda r: r["tokens_per_s"])
                 every = " / ".join(f"{r['tokens_per_s']:.1f}" for r in runs)
-                ratio = "-" if baseline is None or name.startswith("hf generate") else " / ".join(
-                    f"{r['tokens_per_s'] / g['tokens_per_s']:.2f}" for r, g in zip(runs, baseline, strict=False))
+                ratio = "-" if baseline is None or name.startswith("hf generate") else ratios_text(
+                    [r["tokens_per_s"] / g["tokens_per_s"] for r, g in zip(runs, baseline, strict=False)])
                 loads = " / ".join(f"{r['load']:.1f}" for r in runs)
                 prefill = " / ".join("-" if r.get("prefill_s") is None else f"{r['prefill_s']:.2f}" for r in runs)
                 print(f"| {busy} | {name} | {c} | {best.get('threads', '-')} | {best['tokens']} | {best['wall_s']:.1f} | "
                       f"{best['tokens_per_s']:.1f} | {every} | {ratio} | {best['prefilled']} | {prefill} | {best['forwards']} | "
                       f"{best['cpu_s']:.1f} | {loads} |")
+
+def ratios_text(ratios: list[float]) -> str:
+    """Run-by-run ratios to ``generate``, and their median where there are three or more (on a shared VM one pair
+    of runs can be 25% off the next: docs/benchmarks.md row 64)."""
+    text = " / ".join(f"{r:.2f}" for r in ratios)
+    return f"{text} (median {statistics.median(ratios):.2f})" if len(ratios) >= 3 else text
+
 
 if __name__ == "__main__":
     asyncio.run(main())
