@@ -307,3 +307,73 @@ def test_a_malformed_previous_response_id_is_a_400_and_an_unknown_one_a_404(gate
     _assert_shape(_post(url, "/v1/responses", {"model": "p", "input": "hi", "previous_response_id": "resp_00"}),
                   "/v1/responses", 404)
     assert httpx.get(f"{url}/v1/responses/garbage").status_code == 400
+
+
+def _chat(**fields) -> dict:
+    return {"model": "p", "messages": USER, **fields}
+
+
+def _tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+def _anthropic(**fields) -> dict:
+    return {"model": "p", "max_tokens": 4, "messages": USER, **fields}
+
+
+BIAS_301 = {str(i): 1 for i in range(301)}
+BIASES_REFUSED = [BIAS_301, {"1000000": 5}, {"5": 100.5}, {"5": -101}, {"hello": 1}, {"-3": 1}, {"5": "x"},
+                  {"5": True}]
+REFUSED_AS_THE_REAL_APIS_DO = [  # (path, body, param): what OpenAI and Anthropic answer with a 400 (issue 59)
+    *[("/v1/chat/completions", _chat(logit_bias=b), "logit_bias") for b in BIASES_REFUSED],
+    *[("/v1/completions", {"model": "p", "prompt": "hi", "logit_bias": b}, "logit_bias") for b in BIASES_REFUSED[:3]],
+    ("/v1/chat/completions", _chat(stop="x" * 20_000), "stop"),
+    ("/v1/chat/completions", _chat(stop=["a", "b", "c", "d", "e"]), "stop"),
+    ("/v1/completions", {"model": "p", "prompt": "hi", "stop": ["y" * 1001]}, "stop"),
+    ("/v1/completions", {"model": "p", "prompt": "hi", "stop": list("abcde")}, "stop"),
+    ("/v1/messages", _anthropic(stop_sequences=["z" * 20_000]), None),
+    ("/v1/chat/completions", _chat(tools=[_tool("get the weather " * 20)]), "tools[0].name"),
+    ("/v1/chat/completions", _chat(tools=[_tool("f" * 65)]), "tools[0].name"),
+    ("/v1/chat/completions", _chat(tools=[_tool("calc"), _tool("a.b")]), "tools[1].name"),
+    ("/v1/responses", {"model": "p", "input": "hi", "tools": [{"type": "function", "name": "get weather",
+                                                                "parameters": {"type": "object"}}]}, "tools[0].name"),
+    ("/v1/messages", _anthropic(tools=[{"name": "naïve", "input_schema": {"type": "object"}}]), None),
+    ("/v1/messages/count_tokens", {"model": "p", "messages": USER,
+                                   "tools": [{"name": "", "input_schema": {"type": "object"}}]}, None),
+    ("/v1/chat/completions", _chat(stream=True, stream_options={"include_usage": "yes"}), "stream_options.include_usage"),
+    ("/v1/chat/completions", _chat(stream=True, stream_options={"include_usage": 1}), "stream_options.include_usage"),
+    ("/v1/completions", {"model": "p", "prompt": "hi", "stream": True, "stream_options": {"include_usage": "true"}},
+     "stream_options.include_usage"),
+    ("/v1/messages", _anthropic(max_tokens=2000, thinking={"type": "enabled", "budget_tokens": -5}), None),
+    ("/v1/messages", _anthropic(max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 1023}), None),
+    ("/v1/messages", _anthropic(max_tokens=2000, thinking={"type": "enabled"}), None),
+    ("/v1/messages", _anthropic(max_tokens=2000, thinking={"type": "enabled", "budget_tokens": "2048"}), None),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), REFUSED_AS_THE_REAL_APIS_DO)
+def test_what_the_real_apis_refuse_in_sampling_and_tools_is_a_400(gateway, path, body, param):
+    url, store, _ = gateway
+    before = len(store.list_sessions(limit=10_000))
+    error = _assert_shape(_post(url, path, body), path)
+    if param is not None:
+        assert error["param"] == param, error
+    assert len(store.list_sessions(limit=10_000)) == before
+
+
+ACCEPTED_AT_THE_LIMITS = [  # the same fields at the edge of what the real APIs accept
+    ("/v1/chat/completions", _chat(max_tokens=4, logit_bias={str(i): (-100 if i % 2 else 100) for i in range(300)})),
+    ("/v1/completions", {"model": "p", "prompt": "hi", "max_tokens": 4, "logit_bias": {"49151": -0.5}}),
+    ("/v1/chat/completions", _chat(max_tokens=4, stop=["x" * 1000, "a", "b", "c"])),
+    ("/v1/chat/completions", _chat(max_tokens=4, tools=[_tool("A-z_0-9" + "f" * 57)])),
+    ("/v1/chat/completions", _chat(max_tokens=4, stream=True, stream_options={"include_usage": True})),
+    ("/v1/messages", _anthropic(max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 1024})),
+    ("/v1/messages", _anthropic(thinking={"type": "disabled"}, stop_sequences=["x" * 1000] * 5)),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), ACCEPTED_AT_THE_LIMITS)
+def test_the_same_fields_at_the_real_apis_limits_are_accepted(gateway, path, body):
+    url, _, _ = gateway
+    r = _post(url, path, body)
+    assert r.status_code == 200, r.text

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from agentr1.gateway.limits import check_json_value
+
+MAX_STOP_SEQUENCES = 4  # OpenAI: "Up to 4 sequences" (more: 400 array_above_max_length)
+MAX_STOP_CHARS = 1000  # per stop string; OpenAI documents no length: ours bounds the text decoded per step to find it
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+MIN_THINKING_BUDGET = 1024  # Anthropic's minimum thinking.budget_tokens
 
 
 class _Body(BaseModel):
@@ -63,7 +68,35 @@ class ChatMessage(_Open):
 
 
 class StreamOptions(_Open):
-    include_usage: bool = False
+    include_usage: StrictBool = False  # "yes" or 1 is a 400, as at OpenAI
+
+
+def _check_stops(stops: list[str] | None, *, most: int | None, name: str) -> None:
+    """Stop strings as the real APIs take them: non-empty, at most ``most`` (None: any number), each at most
+    :data:`MAX_STOP_CHARS` characters."""
+    if stops is None:
+        return
+    if most is not None and len(stops) > most:
+        raise ValueError(f"array too long: expected at most {most} stop sequences, got {len(stops)}")
+    for i, stop in enumerate(stops):
+        if not stop:
+            raise ValueError(f"{name}[{i}] must not be empty")
+        if len(stop) > MAX_STOP_CHARS:
+            raise ValueError(f"{name}[{i}] is {len(stop)} characters long; at most {MAX_STOP_CHARS}")
+
+
+def _check_logit_bias(bias: dict[str, Any] | None) -> dict[str, Any] | None:
+    """OpenAI's rules for ``logit_bias`` (the token ids' range is checked against the tokenizer by the codec)."""
+    if bias is None:
+        return None
+    if len(bias) > MAX_LOGIT_BIAS:
+        raise ValueError(f"too many entries: at most {MAX_LOGIT_BIAS} tokens may be biased, got {len(bias)}")
+    for key, value in bias.items():
+        if not key.isascii() or not key.isdigit():
+            raise ValueError(f"invalid key {key[:40]!r}: keys are token ids (non-negative integers)")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not -100 <= value <= 100:
+            raise ValueError(f"invalid value for token {key}: {str(value)[:40]}; a bias is a number in [-100, 100]")
+    return bias
 
 
 class SamplingFields(_Open, _Body):
@@ -78,14 +111,19 @@ class SamplingFields(_Open, _Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop_token_ids: list[int] | None = None
+    logit_bias: dict[str, Any] | None = None  # validated as OpenAI does (not applied)
 
     @field_validator("stop")
     @classmethod
     def _stop_list(cls, v: str | list[str] | None) -> list[str] | None:
         stops = [v] if isinstance(v, str) else v
-        if stops is not None and (len(stops) > 16 or any(not s for s in stops)):
-            raise ValueError("stop must be up to 16 non-empty strings")
+        _check_stops(stops, most=MAX_STOP_SEQUENCES, name="stop")
         return stops
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _check_logit_bias(v)
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -208,8 +246,20 @@ class MessagesRequest(_Open, _Body):
     @field_validator("stop_sequences")
     @classmethod
     def _stops(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None and any(not s for s in v):
-            raise ValueError("stop_sequences must be non-empty strings")
+        _check_stops(v, most=None, name="stop_sequences")
+        return v
+
+    @field_validator("thinking")
+    @classmethod
+    def _thinking(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Anthropic's rule: extended thinking ``{"type": "enabled", "budget_tokens": >= 1024}`` (thinking is
+        not run here: the model's own reasoning is parsed whatever the budget)."""
+        if v is None or (v.get("type") != "enabled" and "budget_tokens" not in v):
+            return v
+        budget = v.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+            raise ValueError(f"thinking.budget_tokens must be an integer >= {MIN_THINKING_BUDGET}, got "
+                             f"{str(budget)[:40]}")
         return v
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.chat_body import ChatBody
-from agentr1.gateway.codecs.common import sampling_params, sse
+from agentr1.gateway.codecs.common import check_logit_bias_ids, sampling_params, sse
 from agentr1.gateway.codecs.constraints import response_format_grammar
 from agentr1.gateway.codecs.errors import stream_error
 from agentr1.gateway.codecs.tools import check_tool_results, check_tools
@@ -22,6 +22,7 @@ def decode(gw: Gateway, chat: ChatBody) -> CallInput:
     """The call of a validated body (:func:`~agentr1.gateway.codecs.chat_body.read_chat_body`)."""
     body, messages = chat
     check_tools(body.tools, body.tool_choice)
+    check_logit_bias_ids(gw.renderer, body.logit_bias)
     grammar = response_format_grammar(gw.backend, body.model_extra.get("response_format") if body.model_extra else None)
     check_tool_results(messages, lenient=gw.settings.lenient_tool_history)
     max_tokens = body.max_completion_tokens or body.max_tokens

@@ -10,10 +10,11 @@ import orjson
 from fastapi.responses import JSONResponse
 
 from agentr1.core.generation import SamplingParams
+from agentr1.gateway.errors import APIError
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.store import has_non_finite
 
-__all__ = ["FastJSONResponse", "dump_json", "sampling_params", "sse"]
+__all__ = ["FastJSONResponse", "check_logit_bias_ids", "dump_json", "sampling_params", "sse"]
 
 
 def dump_json(payload: Any) -> bytes:
@@ -55,3 +56,15 @@ def sampling_params(settings: GatewaySettings, *, max_tokens: int | None, temper
         seed=seed,
         top_logprobs=top_logprobs,
     )
+
+
+def check_logit_bias_ids(renderer: Any, bias: dict[str, Any] | None) -> None:
+    """A 400 for a ``logit_bias`` key past the tokenizer's vocabulary, as OpenAI answers it (the entries' count, keys
+    and values are checked with the body). An external model (no renderer) leaves its provider to check."""
+    if not bias or renderer is None:
+        return
+    vocab = len(renderer.tokenizer)
+    largest = max(int(key) for key in bias)
+    if largest >= vocab:
+        raise APIError(400, f"Invalid key in 'logit_bias': {largest}. Maximum value is {vocab - 1}.",
+                       code="invalid_request", param="logit_bias")

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agentr1.gateway.calls import Gateway
-from agentr1.gateway.codecs.common import sampling_params, sse
+from agentr1.gateway.codecs.common import check_logit_bias_ids, sampling_params, sse
 from agentr1.gateway.codecs.errors import stream_error
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.schemas import CompletionRequest
@@ -45,6 +45,7 @@ def _prompts(gw: Gateway, prompt: Any) -> list[list[int]]:
 
 
 def decode(gw: Gateway, body: CompletionRequest) -> CallInput:
+    check_logit_bias_ids(gw.renderer, body.logit_bias)
     sampling = sampling_params(gw.settings, max_tokens=body.max_tokens, temperature=body.temperature,
                                top_p=body.top_p, top_k=body.top_k, stop=body.stop, stop_token_ids=body.stop_token_ids,
                                seed=body.seed, top_logprobs=body.logprobs or 0)

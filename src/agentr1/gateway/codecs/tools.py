@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -22,7 +23,10 @@ from jsonschema.validators import validator_for
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.limits import MAX_SCHEMA_DEPTH, exceeds_depth
 
-__all__ = ["check_schema_depth", "check_tool_results", "check_tools", "function_tool", "unanswered_result"]
+__all__ = ["TOOL_NAME", "check_schema_depth", "check_tool_results", "check_tools", "function_tool",
+           "unanswered_result"]
+
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's and Anthropic's rule for a function's name
 
 
 def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
@@ -41,6 +45,10 @@ def check_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, *, param: 
         name = function.get("name")
         if not isinstance(name, str) or not name:
             raise APIError(400, f"{param}[{i}] needs a name", code="invalid_request", param=f"{param}[{i}]")
+        if not TOOL_NAME.fullmatch(name):
+            raise APIError(400, f"{param}[{i}]: invalid function name {name[:80]!r}: a name is 1 to 64 letters, "
+                                "digits, underscores or dashes (^[a-zA-Z0-9_-]{1,64}$)", code="invalid_request",
+                           param=f"{param}[{i}].name")
         schema = function.get("parameters", {})
         if not isinstance(schema, dict):
             raise APIError(400, f"{param}[{i}] ({name}): parameters must be a JSON Schema object",
