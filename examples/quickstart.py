@@ -34,7 +34,7 @@ def main() -> None:
 
     run_id = f"quickstart-{int(time.time())}"
     solved = 0
-    for task in make_tasks("quickstart", args.tasks, seed=0):
+    for task in make_tasks("train", args.tasks, seed=0):
         for k in range(args.samples):
             started = time.monotonic()
             with session(run_id=run_id, task_id=task["id"], group_id=task["id"]):

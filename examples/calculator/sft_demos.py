@@ -6,7 +6,7 @@ the untrained SmolLM2-135M never shows (0 usable tool calls in 54 samples). The 
 ``solve`` agent, so the demonstrations look exactly like the agent's own sessions), and the final
 answer is rewarded as :func:`exact_answer` rewards it.
 
-    python -m agentr1.trainer.sft.replay examples.calculator.sft_demos:demonstrations n=64 val_size=16 \
+    python -m agentr1.trainer.sft.replay examples.calculator.sft_demos:demonstrations n=64 \
         --db out/warmstart/traces.db --run-id calculator-demos
 """
 
@@ -20,9 +20,6 @@ from examples.calculator.calculator import CALCULATOR, SYSTEM, calculator, final
 
 from agentr1.envs import BaseTool, StepResult, ToolEnv, ToolResult
 from agentr1.trainer.sft.replay import Demonstration
-
-VAL_SEED = 1_000_003  # the seed agentr1's task loader gives the validation split (data.seed 0)
-
 
 class CalculatorTool(BaseTool):
     name = CALCULATOR["function"]["name"]
@@ -60,10 +57,9 @@ def expert_turns(task: dict[str, Any]) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"{expression} = {task['answer']}"}]
 
 
-def demonstrations(n: int, *, seed: int = 0, val_size: int = 16) -> list[Demonstration]:
-    """Expert demonstrations of ``n`` training tasks; questions of the first ``val_size`` validation
-    tasks are left out, so held-out success stays held out."""
-    held_out = {t["question"] for t in make_tasks("val", val_size, VAL_SEED)}
-    tasks = [t for t in make_tasks("train", n, seed) if t["question"] not in held_out]
+def demonstrations(n: int, *, seed: int = 0) -> list[Demonstration]:
+    """Expert demonstrations of ``n`` training tasks (``make_tasks``' training problems: none of them, nor their
+    swapped twins, is a validation or test problem)."""
+    tasks = make_tasks("train", n, seed)
     return [Demonstration(task_id=t["id"], env=CalculatorEnv(t), actions=expert_turns(t), group_id=f"demo/{t['id']}",
                           metadata={"question": t["question"]}) for t in tasks]

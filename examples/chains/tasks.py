@@ -6,12 +6,14 @@ numbers per call, so a chain of k operations takes k calls, each on the previous
 multi-turn tool use a 135M model cannot replace by mental arithmetic (multi-digit operands and
 results up to seven digits).
 
-Splits are disjoint by construction. Every *computation* of a chain (``a op b``, with the operands
-of ``+`` and ``*`` sorted, so ``5 * 3`` and ``3 * 5`` are one computation) and its final answer are
-each hashed to a split; a generated chain belongs to a split only if all of them hash there, and
-is otherwise drawn again. So a held-out chain shares no step (no operand pair, no swapped twin),
-no operand tuple, no question and no final answer with any training chain, whatever the seeds and
-sizes. ``tests/recipes/test_chains_tasks.py`` checks it.
+Splits (train, val, test) are disjoint by construction. Every *computation* of a chain (``a op b``, with the
+operands of ``+`` and ``*`` sorted, so ``5 * 3`` and ``3 * 5`` are one computation) and its final answer are
+each hashed to a split (:func:`split_of`: half of them to train, a quarter each to val and test); a generated chain
+belongs to a split only if all of them hash there, and is otherwise drawn again. So a chain of one split shares no
+step (no operand pair, no swapped twin), no operand tuple, no question and no final answer with any chain of
+another, whatever the seeds and sizes. ``tests/recipes/test_chains_tasks.py`` checks it. (Before the test split,
+val had the whole held-out half: training chains are the same as then, and today's val and test chains were both
+held out then.)
 
 Rows are Agent-R1 rows for ``agentr1.envs:run_task`` (``prompt``, ``agent_name``, ``env_kwargs``,
 ``reward_model``), plus ``answer``, ``ops`` and ``steps`` (the expert's computations).
@@ -38,8 +40,9 @@ __all__ = [
     "task_row",
 ]
 
-SPLITS = ("train", "val")
-VAL_SHARE = 0.5  # the share of computations (and of answers) that belong to the held-out split
+SPLITS = ("train", "val", "test")
+# the split of a computation or answer whose hash, as a fraction of 2**64, is below each bound (in order)
+SPLIT_BOUNDS = (("val", 0.25), ("test", 0.5), ("train", 1.0))
 MAX_VALUE = 1_000_000  # a multiplication is drawn only while the running value is below MAX_VALUE / 100
 SYSTEM = ("You are a careful math assistant. Do the steps in order with the calculator, one operation per call, "
           "each on the previous result. Then reply with the final number.")
@@ -84,8 +87,8 @@ def chain_keys(chain: Chain) -> list[str]:
 
 def split_of(key: str) -> str:
     """The split a computation or an answer belongs to: a fixed hash, the same on every machine."""
-    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return "val" if digest / 2**64 < VAL_SHARE else "train"
+    fraction = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+    return next(split for split, bound in SPLIT_BOUNDS if fraction < bound)
 
 
 def _draw(rng: random.Random, n_ops: int, digits: int) -> Chain:
@@ -169,7 +172,7 @@ def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO
     ``progress_reward``, :data:`DEMO_PROGRESS_REWARD` for the whole chain's correct calls, on top of the
     outcome's 1 for the right final number), so that a group of a few samples of a weak policy differs in
     return far more often than in success alone; and every held-out chain sampled under a seed of its own
-    (its index; the episode's k-th call under seed + k * ``SEED_STRIDE``, see ``AgentEnvLoop``): an evaluation
+    (its index; the episode's k-th call under seed + k * ``SEED_STRIDE``, see ``AgentEnvLoop``; val and test alike): an evaluation
     at temperature 1 is then the same draw for the same policy, and before -> after compares the policies on
     common random numbers instead of two independent draws (the same SFT checkpoint scored 1/32, 5/32 and 7/32
     in three unseeded evaluations). Training chains stay unseeded: a
@@ -180,7 +183,7 @@ def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO
     rows = make_short_tasks(split, n, seed)
     for index, row in enumerate(rows):
         row["env_kwargs"]["progress_reward"] = float(progress_reward)
-        if split == "val":
+        if split != "train":
             row["env_kwargs"]["sampling"]["seed"] = index
     return rows
 
@@ -213,8 +216,8 @@ def make_retry_tasks(split: str, n: int, seed: int, *, n_ops: int = 2, digits: i
 def make_length_tasks(split: str, n: int, seed: int, *, train_ops: tuple[int, int] = (2, 3),
                       val_ops: tuple[int, int] = (3, 3), digits: int = 2) -> list[dict[str, Any]]:
     """Longer chains than the demonstrations: training chains of ``train_ops`` (min, max) operations, held-out
-    chains of ``val_ops`` (by default three operations, where the two-operation warm start stops one short), on
-    ``digits``-digit numbers."""
+    chains (val and test) of ``val_ops`` (by default three operations, where the two-operation warm start stops one
+    short), on ``digits``-digit numbers."""
     low, high = train_ops if split == "train" else val_ops
     chains = generate_chains(split, n, seed, min_ops=low, max_ops=high, digits=digits)
     return [task_row(c, f"{split}-{i}") for i, c in enumerate(chains)]

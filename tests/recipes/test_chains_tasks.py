@@ -21,35 +21,54 @@ from examples.chains.tasks import (
     split_of,
 )
 
+from split_checks import assert_splits_disjoint, config_splits, question_key
+
 from agentr1.trainer.config import JobConfig
-from agentr1.trainer.tasks import load_tasks
+from agentr1.trainer.tasks import SPLIT_SEED_OFFSETS, SPLITS, load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _operand_tuple(row: dict) -> tuple:
+def _operand_tuple(row: dict) -> list[tuple]:
     """The operands of a chain, with the first pair sorted when its operator is commutative (swapped twins)."""
     (op0, x0), *rest = [tuple(o) for o in row["ops"]]
     first = tuple(sorted((row["start"], x0))) if op0 in "+*" else (row["start"], x0)
-    return (first, op0, *rest)
+    return [(first, op0, *rest)]
 
 
 def _computations(row: dict) -> set[str]:
     return {f"{min(a, b)}{op}{max(a, b)}" if op in "+*" else f"{a}{op}{b}" for a, op, b, _ in row["steps"]}
 
 
-@pytest.mark.parametrize("generator", [make_tasks, make_short_tasks, make_demo_tasks, make_retry_tasks, make_length_tasks])
-def test_held_out_chains_share_nothing_with_training_chains(generator):
-    # the sizes and seeds the configs use (trainer: data.seed for train, + 1_000_003 for val), and more
-    train = [t for seed in (0, 1, 2) for t in generator("train", 2048, seed)]
-    val = [t for seed in (1_000_003, 1_000_004, 1_000_005) for t in generator("val", 256, seed)]
+def _answer(row: dict) -> list[int]:
+    return [row["answer"]]
+
+
+CHAIN_CONTENT = (question_key, _operand_tuple, _computations, _answer)
+GENERATORS = [make_tasks, make_short_tasks, make_demo_tasks, make_retry_tasks, make_length_tasks]
+
+
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_train_val_and_test_chains_share_nothing(generator):
+    # the seeds the trainer uses (data.seed + SPLIT_SEED_OFFSETS: 0, 1_000_003, 2_000_006) for data.seed 0-2
+    splits = {split: [t for seed in (0, 1, 2) for t in generator(split, size, seed + SPLIT_SEED_OFFSETS[split])]
+              for split, size in (("train", 2048), ("val", 128), ("test", 128))}
+    assert_splits_disjoint(splits, *CHAIN_CONTENT)
     demo_rows = [d.env.task for d in demonstrations(256)] + [d.env.task for d in demonstrations(256, size="short")]
-    for training in (train, demo_rows):
-        assert not {t["prompt"][-1]["content"] for t in training} & {t["prompt"][-1]["content"] for t in val}
-        assert not {_operand_tuple(t) for t in training} & {_operand_tuple(t) for t in val}
-        assert not set().union(*map(_computations, training)) & set().union(*map(_computations, val))
-        assert not {t["answer"] for t in training} & {t["answer"] for t in val}
-    assert all(split_of(k) == "val" for t in generate_chains("val", 64, 9) for k in chain_keys(t))
+    for held_out in ("val", "test"):  # the warm start's demonstrations are training chains too
+        assert_splits_disjoint({"demos": demo_rows, held_out: splits[held_out]}, *CHAIN_CONTENT)
+    for split in SPLITS:
+        assert all(split_of(k) == split for t in generate_chains(split, 64, 9) for k in chain_keys(t))
+
+
+def test_training_chains_are_the_ones_drawn_before_the_test_split():
+    # the test split was carved out of the old held-out half (val's), so the training chains, the demonstrations
+    # and the results measured on them are unchanged: the first demo training chains as drawn before it
+    rows = make_demo_tasks("train", 3, 0)
+    assert [r["prompt"][-1]["content"] for r in rows] == [
+        "Start with 78. Multiply it by 78, and finally add 43. What is the result?",
+        "Start with 44. Multiply it by 57, and finally multiply it by 77. What is the result?",
+        "Start with 27. Subtract 1, and finally add 58. What is the result?"]
 
 
 def test_a_swapped_twin_is_the_same_computation():
@@ -79,19 +98,22 @@ def test_chains_are_generated_by_seed_with_two_to_four_steps():
     assert all(t["start"] >= 100 for t in rows) and max(t["answer"] for t in rows) > 10_000
 
 
-def test_the_task_loader_gives_disjoint_splits_for_the_recipe_configs():
-    for config, overrides in ((ROOT / "examples/chains/train.yaml", []),
-                              (ROOT / "examples/chains/train.yaml",
-                               ["data.generator=examples.chains.tasks:make_short_tasks", "data.val_size=64"])):
-        job = JobConfig.from_yaml(config, overrides)
-        train, val = load_tasks(job.data, "train"), load_tasks(job.data, "val")
-        assert len(val) >= 32
-        assert not set().union(*map(_computations, train)) & set().union(*map(_computations, val))
+@pytest.mark.parametrize(("config", "overrides"), [
+    ("examples/chains/train.yaml", []),
+    ("examples/chains/demo.yaml", []),
+    ("examples/chains/teach_gpu.yaml", ["data.train_size=1024"]),  # the retry tasks
+    ("examples/chains/teach_gpu.yaml", ["data.generator=examples.chains.tasks:make_length_tasks",
+                                        "data.train_size=1024"]),
+])
+def test_each_chains_config_loads_disjoint_train_val_and_test_tasks(config, overrides):
+    splits = config_splits(config, overrides)
+    assert len(splits["test"]) == len(splits["val"]) >= 32  # data.test_size defaults to data.val_size
+    assert_splits_disjoint(splits, *CHAIN_CONTENT)
 
 
 def test_generator_errors_are_clear():
     with pytest.raises(ValueError, match="split must be one of"):
-        make_tasks("test", 4, 0)
+        make_tasks("dev", 4, 0)
     with pytest.raises(ValueError, match="too small"):
         generate_chains("val", 500, 0, min_ops=1, max_ops=1, digits=1, max_draws=20_000)
 
@@ -194,9 +216,11 @@ def test_chain_env_names_its_progress_as_the_gigpo_anchor():
 
 def test_the_demo_seeds_each_held_out_chain_and_no_training_chain():
     val, train = make_demo_tasks("val", 32, 1_000_003), make_demo_tasks("train", 64, 0)
+    test = make_demo_tasks("test", 32, 2_000_006)
     assert [t["env_kwargs"]["sampling"]["seed"] for t in val] == list(range(32))
+    assert [t["env_kwargs"]["sampling"]["seed"] for t in test] == list(range(32))
     assert not any("seed" in t["env_kwargs"]["sampling"] for t in train)
-    assert all(t["env_kwargs"]["progress_reward"] == 0.5 for t in val + train)
+    assert all(t["env_kwargs"]["progress_reward"] == 0.5 for t in val + test + train)
     # otherwise the short tasks, chain for chain
     assert [t["prompt"] for t in val] == [t["prompt"] for t in make_short_tasks("val", 32, 1_000_003)]
 

@@ -104,14 +104,20 @@ class AgentConfig(_Strict):
 
 class DataConfig(_Strict):
     """Tasks: JSONL/parquet files (one task per row; Agent-R1 rows with `prompt`, `agent_name`,
-    `reward_model`, `env_kwargs` work too), or a generator ``module:function(split, n, seed, **generator_kwargs)``."""
+    `reward_model`, `env_kwargs` work too), or a generator ``module:function(split, n, seed, **generator_kwargs)``.
+
+    Three splits: ``train`` (what the policy learns from), ``val`` (held out; for choosing settings: the trainer's
+    evaluations) and ``test`` (held out from both; for claims: ``agentr1 eval --split test``). A recipe keeps them
+    disjoint by construction (its generator, or its files)."""
 
     train_files: list[str] = Field(default_factory=list)
     val_files: list[str] = Field(default_factory=list)
+    test_files: list[str] = Field(default_factory=list)
     generator: str | None = None
     generator_kwargs: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of every generator call
     train_size: int = 1000  # tasks a generator makes for training
     val_size: int = 50
+    test_size: int | None = None  # None: as many as val_size
     train_batch_size: int = 8  # tasks per training step (verl's data.train_batch_size)
     shuffle: bool = True
     seed: int = 0

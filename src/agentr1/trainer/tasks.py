@@ -12,7 +12,7 @@ from typing import Any
 from agentr1.core import load_callable
 from agentr1.trainer.config import DataConfig
 
-__all__ = ["TaskSampler", "load_callable", "load_tasks", "normalize_task"]
+__all__ = ["SPLITS", "SPLIT_SEED_OFFSETS", "TaskSampler", "load_callable", "load_tasks", "normalize_task", "split_size"]
 
 
 def _read_rows(path: str) -> list[dict[str, Any]]:
@@ -40,13 +40,22 @@ def normalize_task(row: dict[str, Any], index: int) -> dict[str, Any]:
     return task
 
 
+SPLITS = ("train", "val", "test")
+SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "test": 2_000_006}  # a generator's seed: data.seed + this
+
+
 def load_tasks(config: DataConfig, split: str) -> list[dict[str, Any]]:
-    files = config.train_files if split == "train" else config.val_files
+    """The tasks of ``split`` (``train``, ``val`` or ``test``): the split's files (``data.<split>_files``), else
+    ``data.<split>_size`` rows of the generator, called as ``(split, n, data.seed + SPLIT_SEED_OFFSETS[split],
+    **generator_kwargs)``. Keeping the splits disjoint is the generator's (or the files') business."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    files = {"train": config.train_files, "val": config.val_files, "test": config.test_files}[split]
     if files:
         rows = [row for f in files for row in _read_rows(f)]
     elif config.generator:
-        size = config.train_size if split == "train" else config.val_size
-        seed = config.seed + (0 if split == "train" else 1_000_003)
+        size = split_size(config, split)
+        seed = config.seed + SPLIT_SEED_OFFSETS[split]
         generator = load_callable(config.generator)
         try:
             inspect.signature(generator).bind(split, size, seed, **config.generator_kwargs)
@@ -59,6 +68,15 @@ def load_tasks(config: DataConfig, split: str) -> list[dict[str, Any]]:
     if not rows:
         raise ValueError(f"the {split} task set is empty")
     return [normalize_task(r, i) for i, r in enumerate(rows)]
+
+
+def split_size(config: DataConfig, split: str) -> int:
+    """How many tasks a generator makes for ``split`` (``data.test_size`` defaults to ``data.val_size``)."""
+    if split == "train":
+        return config.train_size
+    if split == "test" and config.test_size is not None:
+        return config.test_size
+    return config.val_size
 
 
 class TaskSampler:
