@@ -1,6 +1,9 @@
 """Write the GSM8K recipe's Agent-R1 parquet files from the copied JSONL subset in ``data/``.
 
-    python -m examples.gsm8k.prepare            # -> examples/gsm8k/data/{train,test}.parquet
+    python -m examples.gsm8k.prepare            # -> examples/gsm8k/data/{train,test,test_rest}.parquet
+
+``train.yaml`` trains on ``train``, chooses settings on ``test`` (its val files: the first 200 problems of GSM8K's
+official test split) and makes claims on ``test_rest`` (its test files: the official test split's other 1,119).
 
 Each row is an Agent-R1 row: ``prompt`` (chat messages), ``agent_name`` ("tool_env"),
 ``reward_model`` (rule style, the ``#### N`` ground truth, the exact-match scorer), ``env_kwargs``
@@ -10,6 +13,7 @@ Each row is an Agent-R1 row: ``prompt`` (chat messages), ``agent_name`` ("tool_e
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -23,8 +27,9 @@ SAMPLING = {"temperature": 1.0, "max_tokens": 256}
 
 def agent_r1_row(record: dict[str, str], split: str, index: int, *, sampling: dict[str, Any] | None = None,
                  max_steps: int = MAX_STEPS) -> dict[str, Any]:
-    """One GSM8K problem (``{"question", "answer"}``) as an Agent-R1 dataset row."""
+    """One GSM8K problem (``{"question", "answer"}``) as an Agent-R1 dataset row, with the id ``<split>-<index>``."""
     return {
+        "id": f"{split}-{index}",
         "data_source": "openai/gsm8k",
         "prompt": messages_for(record["question"]),
         "agent_name": "tool_env",
@@ -35,7 +40,7 @@ def agent_r1_row(record: dict[str, str], split: str, index: int, *, sampling: di
 
 
 def read_jsonl(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8") as fh:
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")) as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
@@ -48,13 +53,19 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
+# parquet name: (source file in data/, the split named in the rows, index of the first row in that split)
+SOURCES = {"train": ("train.jsonl", "train", 0), "test": ("test.jsonl", "test", 0),
+           "test_rest": ("test_rest.jsonl.gz", "test", 200)}
+
+
 def prepare(out_dir: Path = DATA, *, limit: int | None = None, sampling: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Write ``train.parquet`` and ``test.parquet`` (the first ``limit`` problems of each, if set)."""
+    """Write ``train.parquet``, ``test.parquet`` and ``test_rest.parquet`` (the first ``limit`` problems of each,
+    if set)."""
     written = {}
-    for split in ("train", "test"):
-        records = read_jsonl(DATA / f"{split}.jsonl")[:limit]
-        rows = [agent_r1_row(r, split, i, sampling=sampling) for i, r in enumerate(records)]
-        written[split] = write_parquet(rows, out_dir / f"{split}.parquet")
+    for name, (source, split, first) in SOURCES.items():
+        records = read_jsonl(DATA / source)[:limit]
+        rows = [agent_r1_row(r, split, first + i, sampling=sampling) for i, r in enumerate(records)]
+        written[name] = write_parquet(rows, out_dir / f"{name}.parquet")
     return written
 
 

@@ -54,6 +54,9 @@ def test_prepare_writes_agent_r1_rows(tmp_path):
     assert row["reward_model"] == {"style": "rule", "ground_truth": ground_truth_of_first_test(),
                                    "scorer": "examples.gsm8k.task:exact_match"}
     assert row["env_kwargs"]["tools"] == ["examples.gsm8k.task:Calculator"]
+    # train.yaml's test files: the official test problems after the 200 of its val files, ids and indices unique
+    assert [r["id"] for r in pq.read_table(files["test_rest"]).to_pylist()] == ["test-200", "test-201", "test-202"]
+    assert [r["id"] for r in rows] == ["test-0", "test-1", "test-2"]
 
 
 def ground_truth_of_first_test() -> str:

@@ -1,4 +1,4 @@
-"""GSM8K + calculator: the held-out test problems are disjoint from training by question text, and the
+"""GSM8K + calculator: the held-out val and test problems are disjoint from training by question text, and the
 expert replayed from GSM8K's ``<<a*b=c>>`` annotations gets every annotated result from the calculator
 and the labelled final answer, on every training problem whose annotations are well-formed."""
 
@@ -21,14 +21,17 @@ from examples.gsm8k.task import ground_truth
 from examples.gsm8k.tool_task import (
     DATA,
     MAX_STEPS,
+    VAL_PROBLEMS,
     ScoredCalculatorEnv,
     load_split,
     make_tasks,
     normalized,
     train_row,
 )
+from split_checks import assert_splits_disjoint, config_splits, question_key
 
 OFFICIAL_TRAIN_SHA256 = "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"  # ../shared/data/gsm8k/README.md
+OFFICIAL_TEST_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
 WELL_FORMED = 7378  # of GSM8K's 7,473 training problems (the other 95 have no annotation at all)
 
 
@@ -37,20 +40,37 @@ def test_the_training_file_is_gsm8ks_official_train_split():
         assert hashlib.sha256(fh.read()).hexdigest() == OFFICIAL_TRAIN_SHA256
 
 
-def test_held_out_questions_never_occur_in_training():
-    train, test = load_split("train"), load_split("test")
-    assert len(test) == 200 and len(train) == 7473  # no test question had to be dropped from training
-    assert not {normalized(r["question"]) for r in train} & {normalized(r["question"]) for r in test}
-    rows = make_tasks("train", 8000, 3)  # more than the set: it cycles, still only training questions
-    held_out = make_tasks("val", 200, 1_000_003)
-    train_questions = {normalized(r["extra_info"]["question"]) for r in rows}
-    assert len(train_questions) == 7473 and not train_questions & {normalized(r["extra_info"]["question"]) for r in held_out}
-    assert len({r["id"] for r in rows}) == 8000 and [r["id"] for r in held_out[:2]] == ["test-0", "test-1"]
-    assert make_tasks("val", 200, 5) == held_out  # the held-out set does not depend on the seed
-    with pytest.raises(ValueError, match="200 held-out problems"):
+def test_val_and_test_are_gsm8ks_official_test_split_in_two_index_ranges():
+    with gzip.open(DATA / "test_rest.jsonl.gz", "rb") as fh:
+        official = (DATA / "test.jsonl").read_bytes() + fh.read()
+    assert hashlib.sha256(official).hexdigest() == OFFICIAL_TEST_SHA256
+    assert (len(load_split("val")), len(load_split("test"))) == (VAL_PROBLEMS, 1119)
+
+
+def _question(row: dict) -> list[str]:
+    return [normalized(row["extra_info"]["question"])]
+
+
+@pytest.mark.parametrize("config", ["examples/gsm8k/tool_train.yaml", "examples/gsm8k/tool_train_gpu.yaml",
+                                    "examples/gsm8k/train.yaml"])
+def test_the_configs_load_train_val_and_test_rows_that_share_no_question(config):
+    splits = config_splits(config, ["data.train_size=8000"])  # more than the set: it cycles, still training rows
+    assert_splits_disjoint(splits, question_key, _question)
+
+
+def test_held_out_rows_are_in_file_order_whatever_the_seed():
+    train, val, test = load_split("train"), load_split("val"), load_split("test")
+    assert len(train) == 7473  # no held-out question had to be dropped from training
+    rows = make_tasks("train", 8000, 3)
+    assert len({r["id"] for r in rows}) == 8000 and len({_question(r)[0] for r in rows}) == 7473
+    held_out = make_tasks("val", 200, 1_000_003) + make_tasks("test", 1119, 2_000_006)
+    assert [r["id"] for r in held_out] == [f"test-{i}" for i in range(1319)]  # ids are official test indices
+    assert [_question(r)[0] for r in held_out] == [normalized(r["question"]) for r in val + test]
+    assert make_tasks("test", 5, 7) == held_out[200:205]  # the held-out sets do not depend on the seed
+    with pytest.raises(ValueError, match="there are 200 val problems"):
         make_tasks("val", 201, 0)
     with pytest.raises(ValueError, match="split must be"):
-        make_tasks("test", 1, 0)
+        make_tasks("dev", 1, 0)
 
 
 def test_the_rows_are_the_recipes_rows_with_room_for_every_call():
@@ -119,7 +139,7 @@ def test_demonstrations_replay_through_a_real_gateway(tmp_path, tiny_model_path)
 
     demos = demonstrations(6, seed=0)
     assert len(demos) == 6 and not {normalized(d.metadata["question"]) for d in demos} & {
-        normalized(r["question"]) for r in load_split("test")}
+        normalized(r["question"]) for r in load_split("val") + load_split("test")}
     db = str(tmp_path / "traces.db")
     report = replay_demonstrations(demos, model=tiny_model_path, db=db, run_id="gsm8k-demos")
     assert (report.finished, report.failed) == (6, 0), report.errors
