@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 DATA_FILE = Path(__file__).parent / "data" / "dev_distractor_300.jsonl"
-VAL_QUESTIONS = 50  # the first 50 rows of the file are held out; training samples the other 250
+# disjoint index ranges of the file's rows: val the first 50 (held out since the recipe began), test the next 50,
+# training the other 200
+SPLIT_ROWS = {"val": range(0, 50), "test": range(50, 100), "train": range(100, 300)}
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,16 @@ def _task(row: dict[str, Any], task_id: str) -> dict[str, Any]:
 
 
 def make_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    """``n`` tasks of ``split`` ("train" or "val"). Validation takes the first ``n`` held-out questions in
-    file order (a stable evaluation set; at most 50); training cycles over the other 250 in a seeded order."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+    """``n`` tasks of ``split`` (:data:`SPLIT_ROWS`: "train", "val" or "test"). A held-out split takes its first
+    ``n`` questions in file order (a stable evaluation set; at most 50); training cycles over its 200 in a seeded
+    order."""
+    if split not in SPLIT_ROWS:
+        raise ValueError(f"split must be one of {tuple(SPLIT_ROWS)}, not {split!r}")
     rows = load_rows()
-    if split == "val":
-        if n > VAL_QUESTIONS:
-            raise ValueError(f"there are only {VAL_QUESTIONS} validation questions, asked for {n}")
-        return [_task(row, row["id"]) for row in rows[:n]]
-    pool = list(rows[VAL_QUESTIONS:])
+    pool = [rows[i] for i in SPLIT_ROWS[split]]
+    if split != "train":
+        if n > len(pool):
+            raise ValueError(f"there are only {len(pool)} {split} questions, asked for {n}")
+        return [_task(row, row["id"]) for row in pool[:n]]
     random.Random(seed).shuffle(pool)
     return [_task(pool[i % len(pool)], f"{pool[i % len(pool)]['id']}-{i // len(pool)}") for i in range(n)]

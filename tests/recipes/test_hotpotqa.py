@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 from examples.hotpotqa.agent import _tool_output
-from examples.hotpotqa.data import VAL_QUESTIONS, load_corpus, load_rows, make_tasks
+from examples.hotpotqa.data import SPLIT_ROWS, load_corpus, load_rows, make_tasks
 from examples.hotpotqa.rewards import (
     exact_match,
     exact_match_reward,
@@ -16,6 +16,7 @@ from examples.hotpotqa.rewards import (
     normalize_answer,
 )
 from examples.hotpotqa.search import ParagraphIndex, default_index, search
+from split_checks import assert_splits_disjoint, config_splits, question_key
 
 
 def test_corpus_pools_every_paragraph_once():
@@ -24,17 +25,28 @@ def test_corpus_pools_every_paragraph_once():
     assert all(p.text and not p.text.startswith(" ") for p in corpus)
 
 
-def test_val_is_held_out_and_stable_train_cycles_over_the_rest():
-    val = make_tasks("val", VAL_QUESTIONS, 1)
+def test_val_and_test_are_held_out_and_stable_train_cycles_over_the_rest():
+    val, test = make_tasks("val", 50, 1), make_tasks("test", 50, 1)
     train = make_tasks("train", 600, 0)
-    assert [t["id"] for t in val] == [r["id"] for r in load_rows()[:VAL_QUESTIONS]]
-    assert not {t["question"] for t in val} & {t["question"] for t in train}
-    assert len({t["question"] for t in train}) == 250 and len({t["id"] for t in train}) == 600
+    assert [t["id"] for t in val + test] == [r["id"] for r in load_rows()[:100]]
+    assert len({t["question"] for t in train}) == 200 and len({t["id"] for t in train}) == 600
     assert make_tasks("train", 8, 0) == train[:8] and make_tasks("train", 8, 1) != train[:8]
-    with pytest.raises(ValueError, match="only 50 validation questions"):
+    assert make_tasks("test", 5, 0) == test[:5]  # the held-out sets do not depend on the seed
+    with pytest.raises(ValueError, match="only 50 val questions"):
         make_tasks("val", 51, 0)
     with pytest.raises(ValueError, match="split must be"):
-        make_tasks("test", 3, 0)
+        make_tasks("dev", 3, 0)
+
+
+def _gold_paragraphs(task: dict) -> list[tuple[str, ...]]:
+    """A question's gold paragraphs: two rows asking about the same pair would be one question reworded."""
+    return [tuple(task["supporting_titles"])]
+
+
+@pytest.mark.parametrize("overrides", [[], ["data.val_size=50", "data.train_size=600"]])
+def test_the_config_loads_train_val_and_test_questions_that_share_nothing(overrides):
+    splits = config_splits("examples/hotpotqa/train.yaml", overrides)
+    assert_splits_disjoint(splits, question_key, _gold_paragraphs)
 
 
 def test_bm25_finds_the_gold_paragraphs_of_known_questions():
@@ -44,7 +56,7 @@ def test_bm25_finds_the_gold_paragraphs_of_known_questions():
     assert set(titles) == set(first["supporting_titles"]) == {"Tinted Windows (album)", "Tinted Windows (band)"}
     # over the held-out questions, the top 5 hits hold at least one gold paragraph almost always
     hits = [bool(set(first_titles) & set(t["supporting_titles"]))
-            for t in make_tasks("val", VAL_QUESTIONS, 0)
+            for t in make_tasks("val", len(SPLIT_ROWS["val"]), 0)
             for first_titles in [[p.title for p in index.search(t["question"], k=5)]]]
     assert sum(hits) / len(hits) >= 0.9
 
