@@ -41,8 +41,13 @@ sampling/sampling_params.py, managers/schedule_batch.py; DESIGN.md section 4):
   -> {success, message, num_paused_requests} (400 with success false and "Failed to get weights
   iterator: <error>." when the checkpoint cannot be read: the old weights stay),
   ``/pause_generation`` {mode: abort | retract | in_place} (new requests wait; abort ends the
-  running ones with finish_reason abort), ``/continue_generation``. Not implemented:
-  ``/update_weights_from_tensor`` (its body is SGLang's pickled CUDA IPC handles).
+  running ones with finish_reason abort), ``/continue_generation``, ``/update_weights_from_tensor``
+  {serialized_named_tensors: [one payload per rank], flush_cache, weight_version, ...} -> {success,
+  message} (400 with success false): the payload is unpickled as SGLang does (base64 of torch's
+  ForkingPickler: shared-memory file descriptors for CPU tensors here, CUDA IPC handles on a GPU).
+  SGLang copies each request's tensors into the model at once; the local engine loads only whole
+  state dicts, so the fake gathers a multi-request update's tensors and loads them with the request
+  that flushes the cache (the last bucket of :meth:`SGLangBackend.update_weights_from_tensors`).
 
 Limits of the fake, not of SGLang: min_p, penalties, n, grammars, ignore_eos and logit_bias only
 at their neutral values (400 otherwise); stop_regex is refused. For tests: ``state.fail_next``
@@ -64,6 +69,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from tokenizers import Tokenizer
 
 from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.gateway.backends.tensor_ipc import load_named_tensors
 
 SAMPLING_KEYS = {
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
@@ -94,6 +100,7 @@ class FakeSGLangState:
     running: dict[str, asyncio.Task[Any] | None] = field(default_factory=dict)
     aborted: set[str] = field(default_factory=set)
     decoder: Any = None
+    pending_tensors: dict[str, Any] = field(default_factory=dict)  # buckets of a tensor update not loaded yet
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -367,6 +374,23 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
             state.weight_version = str(body["weight_version"])
             message += f" Weight version updated to {state.weight_version}."
         return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
+
+    @app.post("/update_weights_from_tensor")
+    async def update_weights_from_tensor(request: Request) -> JSONResponse:
+        body = await request.json()
+        state.calls.append(("update_weights_from_tensor", {k: v for k, v in body.items()
+                                                           if k != "serialized_named_tensors"}))
+        try:
+            state.pending_tensors.update(load_named_tensors(body["serialized_named_tensors"][0]))
+            if body.get("flush_cache", True):
+                tensors, state.pending_tensors = state.pending_tensors, {}
+                await state.engine.update_weights_from_tensors(tensors)
+        except Exception as exc:
+            state.pending_tensors = {}
+            return JSONResponse({"success": False, "message": f"{type(exc).__name__}: {exc}"}, status_code=400)
+        if body.get("weight_version") is not None:
+            state.weight_version = str(body["weight_version"])
+        return JSONResponse({"success": True, "message": "Success"})
 
     @app.post("/pause_generation")
     async def pause_generation(request: Request) -> JSONResponse:

@@ -256,6 +256,55 @@ def test_weight_sync_pauses_updates_and_continues_every_server(prompts, tiny_mod
             run(e.close())
 
 
+def test_weight_sync_from_tensors_in_buckets_without_a_file(prompts, tiny_model_path, tmp_path):
+    """``update_weights_from_tensors``: the tensors reach every server through ``/update_weights_from_tensor`` in
+    buckets (ForkingPickler payloads: shared memory on the CPU, CUDA IPC handles on a GPU), the last bucket sets the
+    weight version; a payload a server cannot load fails the update on every server, which then serve nothing until an
+    update succeeds."""
+    from agentr1.core.models import build_tiny_random_model
+    from agentr1.engine.weights import read_safetensors
+
+    new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
+    tensors = read_safetensors(new_weights)
+    engines = [LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1)) for _ in range(2)]
+    reference = LocalBackend(new_weights, EngineOptions(device="cpu", num_threads=1))
+    for e in (*engines, reference):
+        e.engine.start()
+    apps = [fake_sglang.create_app(e, model_path=tiny_model_path) for e in engines]
+    try:
+        with ExitStack() as stack:
+            urls = [stack.enter_context(served(app)) for app in apps]
+
+            async def body(b: SGLangBackend):
+                long = request(prompts[1], "session:a:0", max_new_tokens=24)
+                before = await b.generate(long)
+                assert await b.update_weights_from_tensors(tensors, bucket_bytes=64 << 10) == 1
+                after = await b.generate(long)
+                assert after.policy_version == 1
+                assert after.output_ids == (await reference.generate(long)).output_ids != before.output_ids
+                with pytest.raises(BackendError, match="failed on every sglang server"):
+                    await b.update_weights_from_tensors({"model.no_such_weight": next(iter(tensors.values()))})
+                assert all(s.weights_unknown for s in b.pool.servers)  # part of it may have loaded: none serves
+                assert await b.update_weights_from_tensors(read_safetensors(tiny_model_path)) == 2
+                assert not any(s.stale or s.weights_unknown for s in b.pool.servers)
+                again = await b.generate(long)
+                assert again.output_ids == before.output_ids and again.policy_version == 2
+
+            run(using(SGLangBackend(urls, backoff_s=0.01), body))
+        for app in apps:
+            calls = app.state.fake.calls
+            first = [i for i, (name, _) in enumerate(calls) if name == "continue_generation"][0]
+            names = [name for name, _ in calls[: first + 1]]
+            assert names[0] == "pause_generation" and names[-1] == "continue_generation"
+            loads = [body for name, body in calls[: first + 1] if name == "update_weights_from_tensor"]
+            assert len(loads) > 2  # in buckets
+            assert [b.get("flush_cache") for b in loads] == [False] * (len(loads) - 1) + [True]
+            assert [b.get("weight_version") for b in loads] == [None] * (len(loads) - 1) + ["1"]
+    finally:
+        for e in (*engines, reference):
+            run(e.close())
+
+
 def test_pause_holds_requests_until_resume(prompts, fresh):
     urls, fakes = fresh
 

@@ -77,3 +77,90 @@ def test_weight_update_on_a_real_server():
         assert b.policy_version == version + 1
 
     run(using(SGLangBackend(URLS), body))
+
+
+@pytest.mark.skipif(not os.environ.get("AGENTR1_SGLANG_WEIGHTS"),
+                    reason="set AGENTR1_SGLANG_URL and AGENTR1_SGLANG_WEIGHTS (the served checkpoint) to test the "
+                           "weight sync from memory")
+def test_weight_update_from_gpu_memory_on_a_real_server():
+    """The served checkpoint's tensors handed over as CUDA IPC handles (``update_weights_from_tensors``): first with
+    the output embedding scaled (greedy answers change), then as they are (the first greedy answer comes back)."""
+    import torch
+
+    from agentr1.engine.weights import read_safetensors
+
+    if not torch.cuda.is_available():
+        pytest.skip("the tensor sync hands over CUDA memory: run it on the server's GPU")
+    tensors = {k: v.to("cuda") for k, v in read_safetensors(os.environ["AGENTR1_SGLANG_WEIGHTS"]).items()}
+    head = "lm_head.weight" if "lm_head.weight" in tensors else "model.embed_tokens.weight"
+    perturbed = dict(tensors)
+    perturbed[head] = tensors[head].roll(1, dims=0)  # every token's logit moves to its neighbour's id
+
+    async def body(b: SGLangBackend):
+        prompt = _prompt()
+        version = b.policy_version
+        before = await b.generate(request(prompt, max_new_tokens=12))
+        assert await b.update_weights_from_tensors(perturbed, bucket_bytes=64 << 20) == version + 1
+        changed = await b.generate(request(prompt, max_new_tokens=12))
+        assert changed.policy_version == version + 1 and changed.output_ids != before.output_ids
+        assert await b.update_weights_from_tensors(tensors) == version + 2
+        back = await b.generate(request(prompt, max_new_tokens=12))
+        assert back.output_ids == before.output_ids and back.policy_version == version + 2
+
+    run(using(SGLangBackend(URLS), body))
+
+
+@pytest.mark.skipif(not os.environ.get("AGENTR1_SGLANG_TOKENIZER"),
+                    reason="set AGENTR1_SGLANG_URL and AGENTR1_SGLANG_TOKENIZER (the served model's directory)")
+def test_tool_calling_sessions_through_the_gateway_store_what_sglang_sampled(tmp_path):
+    """The unmodified openai client, with a tool, through the gateway in front of the real server, for three turns
+    (the tool's answer in between): each stored step's action ids are what SGLang samples greedily for the stored
+    observation ids, and each observation extends the previous observation + action token for token."""
+    import httpx
+    import openai
+
+    from agentr1.gateway.app import create_app
+    from agentr1.gateway.server import BackgroundServer
+    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.store import TraceStore
+
+    tool = {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression",
+                                             "parameters": {"type": "object", "properties": {
+                                                 "expression": {"type": "string"}}, "required": ["expression"]}}}
+    db = str(tmp_path / "gw.db")
+    store = TraceStore.open(db)
+    sessions = []
+    try:
+        backend = SGLangBackend(URLS, tokenizer=os.environ["AGENTR1_SGLANG_TOKENIZER"])
+        with BackgroundServer(create_app(GatewaySettings(db=db), store=store, backend=backend)) as gateway:
+            for question in ("What is 123*47? Use the calculator.", "Compute 19+23*2 with the tool, then answer."):
+                s = httpx.post(f"{gateway}/sessions", json={"task_id": question}).json()
+                sessions.append(s["id"])
+                client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"])
+                messages = [{"role": "user", "content": question}]
+                for turn in range(3):
+                    answer = client.chat.completions.create(model="policy", messages=messages, tools=[tool],
+                                                            max_tokens=96, temperature=0)
+                    message = answer.choices[0].message
+                    messages.append(message.model_dump(exclude_none=True))
+                    if not message.tool_calls:
+                        break
+                    for call in message.tool_calls:
+                        messages.append({"role": "tool", "tool_call_id": call.id, "content": "5781"})
+        steps = [st for sid in sessions for st in store.get_session(sid).steps]
+        assert len(steps) >= 3
+        for sid in sessions:
+            chain = store.get_session(sid).steps
+            for earlier, later in zip(chain, chain[1:], strict=False):
+                prefix = earlier.observation_ids + earlier.action_ids
+                assert later.observation_ids[: len(prefix)] == prefix and not later.drift
+
+        async def resample(b: SGLangBackend):
+            return [await b.generate(request(st.observation_ids, max_new_tokens=96)) for st in steps]
+
+        again = run(using(SGLangBackend(URLS), resample))
+        for step, result in zip(steps, again, strict=True):
+            assert step.backend == "sglang" and step.action_ids == result.output_ids
+            assert step.action_logprobs == pytest.approx(result.logprobs, abs=5e-2)
+    finally:
+        store.close()

@@ -361,14 +361,15 @@ class RemoteBase:
                          **kw: Any) -> list[tuple[Server, httpx.Response | Exception]]:
         """POST to every server at once; each answer or the exception of its failure."""
         targets = self.pool.servers if servers is None else servers
+        answers = await asyncio.gather(*(self._post_or_error(s, path, body, **kw) for s in targets))
+        return list(zip(targets, answers, strict=True))
 
-        async def one(server: Server) -> httpx.Response | Exception:
-            try:
-                return await self._post(server, path, body, **kw)
-            except Exception as exc:
-                return exc
-
-        return list(zip(targets, await asyncio.gather(*(one(s) for s in targets)), strict=True))
+    async def _post_or_error(self, server: Server, path: str, body: Any = None, **kw: Any) -> httpx.Response | Exception:
+        """:meth:`_post`, its failure returned instead of raised."""
+        try:
+            return await self._post(server, path, body, **kw)
+        except Exception as exc:
+            return exc
 
     def _log_failures(self, what: str, answers: list[tuple[Server, httpx.Response | Exception]]) -> None:
         for server, answer in answers:

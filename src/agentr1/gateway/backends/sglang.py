@@ -37,9 +37,10 @@ http_server.py``, ``managers/io_struct.py``, ``managers/tokenizer_manager.py``,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -48,6 +49,7 @@ from agentr1.core.generation import BackendError, GenerateRequest, GenerateResul
 
 from ._http import Retry, Server, check, json_body, stream_events, transport_error
 from ._remote import GrammarFields, RemoteBase, TokenOutput
+from .tensor_ipc import DEFAULT_BUCKET_BYTES, serialize_named_tensors, tensor_buckets
 
 __all__ = ["SGLangBackend"]
 
@@ -62,6 +64,13 @@ def _json(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
+
+
+_NOT_SENT = BackendError("not sent: the server refused an earlier bucket of this update")
+
+
+def _accepted(answer: httpx.Response | Exception) -> bool:
+    return isinstance(answer, httpx.Response) and answer.status_code == 200 and bool(_json(answer).get("success"))
 
 
 def _new(items: list[Any], total: int, seen: int, what: str) -> list[Any]:
@@ -226,6 +235,52 @@ class SGLangBackend(RemoteBase):
         If every server refuses the checkpoint (400: they keep their weights) this raises
         ValueError and nothing changed. Servers that fail while others succeed, or that were down,
         are taken out of rotation (stale) until an update succeeds on them."""
+
+        async def load(targets: list[Server], version: int) -> list[tuple[Server, httpx.Response | Exception]]:
+            return await self._broadcast("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)},
+                                         servers=targets, timeout=self.weights_timeout_s)
+
+        return await self._paused_update(load, kept_on_refusal=True)
+
+    async def update_weights_from_tensors(self, tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], *,
+                                          bucket_bytes: int = DEFAULT_BUCKET_BYTES, dtype: Any = None) -> int:
+        """Load weights held in this machine's memory (CUDA tensors, or CPU tensors in shared memory) on
+        every server through ``/update_weights_from_tensor``: no file, the servers copy from the trainer's
+        memory (:mod:`.tensor_ipc`). Only for servers on this machine with one tensor-parallel rank (one
+        payload per request). The same pause, drain and continue as :meth:`update_weights`; the tensors go in
+        buckets of ``bucket_bytes`` (converted to ``dtype`` when given), the last one flushing the servers'
+        prefix caches and setting the weight version.
+
+        A server that refuses a bucket may hold part of the update (SGLang loads tensor by tensor), so unlike
+        a refused checkpoint it serves nothing (``weights_unknown``) until an update succeeds on it; if every
+        server failed this raises :class:`BackendError`."""
+
+        async def load(targets: list[Server], version: int) -> list[tuple[Server, httpx.Response | Exception]]:
+            answers: list[tuple[Server, httpx.Response | Exception]] = [(s, _NOT_SENT) for s in targets]
+            buckets = tensor_buckets(tensors, bucket_bytes=bucket_bytes, dtype=dtype)
+            bucket = next(buckets, None)
+            while bucket is not None:
+                following = next(buckets, None)
+                fields = {"flush_cache": following is None, "abort_all_requests": False,
+                          **({"weight_version": str(version)} if following is None else {})}
+                healthy = [s for s, a in answers if a is _NOT_SENT or _accepted(a)]
+                # a payload per server: a shared-memory descriptor can be taken once (CUDA IPC handles as well
+                # under torch's reference counting), so each server unpickles its own
+                sent = await asyncio.gather(*(self._post_or_error(
+                    server, "/update_weights_from_tensor",
+                    {"serialized_named_tensors": [serialize_named_tensors(bucket)], **fields},
+                    timeout=self.weights_timeout_s) for server in healthy))
+                by_url = {server.url: answer for server, answer in zip(healthy, sent, strict=True)}
+                answers = [(s, by_url.get(s.url, a)) for s, a in answers]
+                del bucket  # the servers copied it: free this bucket's converted tensors before the next one
+                bucket = following
+            return answers
+
+        return await self._paused_update(load, kept_on_refusal=False)
+
+    async def _paused_update(self, load: Any, *, kept_on_refusal: bool) -> int:
+        """New requests wait, the gateway's in flight drain, the servers pause, ``load(targets, version)``
+        runs, the servers continue; then :meth:`_apply_update` on its answers."""
         async with self._weights_lock:
             self._updating += 1
             try:
@@ -234,29 +289,33 @@ class SGLangBackend(RemoteBase):
                 targets = self._update_targets()
                 await self._broadcast("/pause_generation", {"mode": self.pause_mode}, servers=targets)
                 try:
-                    answers = await self._broadcast(
-                        "/update_weights_from_disk", {"model_path": path, "weight_version": str(version)},
-                        servers=targets, timeout=self.weights_timeout_s)
+                    answers = await load(targets, version)
                 finally:
                     if not self._paused:
                         await self._broadcast("/continue_generation", {}, servers=targets)
-                return self._apply_update(version, answers)
+                return self._apply_update(version, answers, kept_on_refusal=kept_on_refusal)
             finally:
                 self._updating -= 1
 
-    def _apply_update(self, version: int, answers: list[tuple[Server, httpx.Response | Exception]]) -> int:
+    def _apply_update(self, version: int, answers: list[tuple[Server, httpx.Response | Exception]], *,
+                      kept_on_refusal: bool = True) -> int:
         failures: dict[str, str] = {}
         refused = 0
         for server, answer in answers:
-            body = _json(answer) if isinstance(answer, httpx.Response) else {}
-            if isinstance(answer, httpx.Response) and answer.status_code == 200 and body.get("success"):
+            if _accepted(answer):
                 continue
+            body = _json(answer) if isinstance(answer, httpx.Response) else {}
             refused += isinstance(answer, httpx.Response) and answer.status_code == 400
             failures[server.url] = (str(body.get("message") or answer.text)[:500]
                                     if isinstance(answer, httpx.Response) else str(answer))
-        if failures and refused == len(answers):  # every server kept its old weights: nothing changed
+        if kept_on_refusal and failures and refused == len(answers):  # every server kept its old weights
             detail = "; ".join(f"{url}: {message}" for url, message in failures.items())
             raise ValueError(f"SGLang could not load the weights ({detail})")
+        if not kept_on_refusal:  # a failed tensor update may have loaded part of its tensors: never served until fixed
+            for server, _ in answers:
+                if server.url in failures:
+                    server.weights_unknown = f"a tensor update failed ({failures[server.url]}) after part of it " \
+                                             "may have loaded"
         return self._settle_update(version, [s for s, _ in answers], failures)
 
     async def pause(self) -> None:
