@@ -184,8 +184,11 @@ class BatchEngine:
         self._retire([r for r in self.rows if r.cancelled], keep=False, deliver=False)
         # a grammar's mask for the next token needs the tokens before it: such steps are read before the next
         in_step = not self.overlap or any(r.grammar is not None for r in self.rows)
-        if in_step:
+        outgrown = self._outgrows_cache()
+        if in_step or outgrown:
             self.drain()
+        if outgrown and self._outgrows_cache() and self.slot_table.reserve(self.rows, []):  # reserved as they go
+            self._new_buffers()
         # a row whose step in flight brings it to its token limit needs no further step
         rows = [r for r in self.rows if not (r.in_flight and self._reaches_limit(r))]
         if not rows:
@@ -215,6 +218,10 @@ class BatchEngine:
         step, self._in_flight = self._in_flight, None
         if step is not None:
             self._read(step)
+
+    def _outgrows_cache(self) -> bool:
+        """Whether the next decode step would write a row's token at or past the cache's scratch column."""
+        return any(len(r.prompt_ids) + len(r.output_ids) + r.in_flight > self.cache.scratch for r in self.rows)
 
     def _reaches_limit(self, row: Row) -> bool:
         """Whether ``row`` has its last token once its tokens in flight are read."""

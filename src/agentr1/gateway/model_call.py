@@ -387,14 +387,16 @@ class CallStream(StreamingResponse):
 
 def check_context(gw: Gateway, prompt_len: int, sampling: SamplingParams, *, explicit: bool) -> None:
     """A prompt that does not fit is a 400; a completion limit that does not fit is a 400 when the client set it,
-    else clipped to the room left."""
+    else clipped to the room left; no limit (``max_new_tokens`` 0: the call gave none) is the room left."""
     limit = gw.backend.max_context
     if prompt_len >= limit:
         raise APIError(400, f"This model's maximum context length is {limit} tokens. However, your messages "
                             f"resulted in {prompt_len} tokens. Please reduce the length of the messages.",
                        code="context_length_exceeded", param="messages")
     room = limit - prompt_len
-    if sampling.max_new_tokens > room:
+    if not sampling.max_new_tokens:
+        sampling.max_new_tokens = room
+    elif sampling.max_new_tokens > room:
         if explicit:
             raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
                                 f"{prompt_len + sampling.max_new_tokens} tokens ({prompt_len} in the messages, "

@@ -108,7 +108,9 @@ class GatewaySettings(BaseSettings):
     image_dir: str | None = Field(None, description="Where image bytes are stored once, by sha256 (default: "
                                   "<database file>.images beside a SQLite store; ~/.cache/agentr1/images otherwise; "
                                   "gateways sharing a PostgreSQL store need one shared directory).")
-    max_tokens_default: int = Field(512, ge=1, description="max_tokens of calls that give none.")
+    max_tokens_default: int | None = Field(None, ge=1, description="max_tokens of calls that give none. None "
+                                           "(default): up to the context limit (the model's context minus the "
+                                           "prompt), as vLLM does.")
     request_timeout_s: float = Field(600.0, gt=0, description="Seconds a remote backend may take for one call.")
     keep_alive_s: float = Field(75.0, gt=0, description="Seconds an idle client connection stays open: longer than "
                                 "the 5 s after which the OpenAI client drops idle pooled connections, so the client "

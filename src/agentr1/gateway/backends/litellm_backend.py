@@ -132,7 +132,7 @@ class LiteLLMBackend:
         """The ``litellm.acompletion`` arguments for one chat call."""
         kw: dict[str, Any] = {
             "model": self.model, "messages": messages, "temperature": sampling.temperature,
-            "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens, "n": n, "timeout": self.timeout,
+            "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens or None, "n": n, "timeout": self.timeout,
             "num_retries": self.retries, "drop_params": True,
         }
         if self.api_base:

@@ -46,8 +46,11 @@ def sampling_params(settings: GatewaySettings, *, max_tokens: int | None, temper
                     top_p: float | None = None, top_k: int | None = None, stop: str | list[str] | None = None,
                     stop_token_ids: list[int] | None = None, seed: int | None = None,
                     top_logprobs: int = 0) -> SamplingParams:
+    """The sampling parameters of a body. Without ``max_tokens`` (and no ``max_tokens_default``) ``max_new_tokens``
+    is 0: up to the context limit, which :func:`~agentr1.gateway.model_call.check_context` turns into the room the
+    prompt leaves (an external model gets no limit: its provider's default)."""
     return SamplingParams(
-        max_new_tokens=max_tokens or settings.max_tokens_default,
+        max_new_tokens=max_tokens or settings.max_tokens_default or 0,
         temperature=1.0 if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
         top_k=max(0, top_k or 0),
