@@ -28,8 +28,8 @@ def game_row(entry: dict[str, Any], task_id: str) -> dict[str, Any]:
 
 
 def interleaved(games: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The games task type by task type in turn (the first 6 hold one of each type), so that any
-    prefix of the validation set is balanced."""
+    """The games task type by task type in turn (the first 6 hold one of each type, the next 6 the second of each,
+    ...), so that any prefix of a held-out split is balanced."""
     seen: dict[str, int] = {}
     rank = []
     for g in games:
@@ -38,18 +38,31 @@ def interleaved(games: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [g for _, _, g in sorted(zip(rank, range(len(games)), games, strict=True), key=lambda t: t[:2])]
 
 
+# disjoint index ranges of the interleaved games: each task type's first game is val's, its second test's, its other
+# four training's. The 36 games are 36 different tasks (task type, object, receptacle and room), one trial each.
+SPLIT_GAMES = {"val": range(0, 6), "test": range(6, 12), "train": range(12, 36)}
+
+
+def game_id(entry: dict[str, Any]) -> str:
+    """The game's task folder, e.g. ``look_at_obj_in_light-AlarmClock-None-DeskLamp-308``."""
+    return Path(entry["gamefile"]).parts[2]
+
+
+def split_games(split: str) -> list[dict[str, Any]]:
+    """The shipped games of ``split`` (:data:`SPLIT_GAMES`), interleaved by task type."""
+    if split not in SPLIT_GAMES:
+        raise ValueError(f"split must be one of {tuple(SPLIT_GAMES)}, not {split!r}")
+    games = interleaved(load_index())
+    return [games[i] for i in SPLIT_GAMES[split]]
+
+
 def make_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
-    """``n`` rows. Only ALFWorld's valid_unseen games ship here, so both splits draw on the same 36:
-    "val" takes them one task type after another (:func:`interleaved`; all 36 for the baseline),
-    "train" cycles over them in a seeded order."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', not {split!r}")
-    games = load_index()
-    if split == "val":
-        games = interleaved(games)
+    """``n`` rows of ``split``: "val" and "test" take their 6 games (one of each task type) in order, "train" cycles
+    over its 24 in a seeded order. No game is in two splits."""
+    games = split_games(split)
+    if split != "train":
         if n > len(games):
-            raise ValueError(f"there are only {len(games)} games, asked for {n}")
-        return [game_row(g, Path(g["gamefile"]).parts[2]) for g in games[:n]]
+            raise ValueError(f"there are only {len(games)} {split} games, asked for {n}")
+        return [game_row(g, game_id(g)) for g in games[:n]]
     random.Random(seed).shuffle(games)
-    return [game_row(games[i % len(games)], f"{Path(games[i % len(games)]['gamefile']).parts[2]}-{i // len(games)}")
-            for i in range(n)]
+    return [game_row(games[i % len(games)], f"{game_id(games[i % len(games)])}-{i // len(games)}") for i in range(n)]

@@ -6,30 +6,29 @@ the demonstrations see the same prompts), one command per assistant turn, as the
 The environment reports its success outcome and penalties as in RL, so ``min_reward: 1`` keeps the
 won episodes:
 
-    python -m agentr1.trainer.sft.replay examples.alfworld.sft_demos:demonstrations n=36 \
+    python -m agentr1.trainer.sft.replay examples.alfworld.sft_demos:demonstrations n=24 \
         --db out/alfworld/traces.db --run-id alfworld-demos
     agentr1 sft examples/calculator/sft.yaml data.db=sqlite:///out/alfworld/traces.db \
         'data.run_ids=[alfworld-demos]' trainer.default_local_dir=out/alfworld-sft
 
-Only ALFWorld's valid_unseen games ship here and the recipe's validation split uses the same games,
-so held-out success after SFT on all of them is not held out: demonstrate on part of them (``n``
-takes the games in :func:`~examples.alfworld.data.make_tasks`' seeded training order).
+Only the 24 training games are demonstrated (``n`` takes them in :func:`~examples.alfworld.data.make_tasks`' seeded
+training order): the 6 val and 6 test games stay held out.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from examples.alfworld.data import make_tasks
+from examples.alfworld.data import make_tasks, split_games
 from examples.alfworld.env import AlfworldEnv
 from examples.alfworld.walkthrough import expert_actions
 
 from agentr1.trainer.sft.replay import Demonstration
 
 
-def demonstrations(n: int = 36, seed: int = 0, **env_kwargs: Any) -> list[Demonstration]:
-    """Demonstrations of the first ``n`` games (at most the 36 shipped) in the training order."""
-    rows = make_tasks("train", min(n, 36), seed)
+def demonstrations(n: int = 24, seed: int = 0, **env_kwargs: Any) -> list[Demonstration]:
+    """Demonstrations of the first ``n`` training games (at most all 24) in the training order."""
+    rows = make_tasks("train", min(n, len(split_games("train"))), seed)
     out = []
     for row in rows:
         gamefile = row["env_kwargs"]["gamefile"]

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from examples.alfworld.data import DATA_DIR, ENV, load_index, make_tasks
 from examples.alfworld.env import AlfworldEnv, parse_command, resolve_gamefile
 from examples.alfworld.game import INVALID, AlfredGame, alfworld_names
 from examples.alfworld.pddl import PddlError, parse_problem, parse_sexp
+from examples.alfworld.sft_demos import demonstrations
 from examples.alfworld.walkthrough import expert_actions, expert_episode
+from split_checks import assert_splits_disjoint, config_splits, question_key
 
 GAMES = load_index()
 LAMP = DATA_DIR / GAMES[0]["gamefile"]  # look_at_obj_in_light-AlarmClock-None-DeskLamp-308
@@ -169,17 +172,29 @@ def test_the_anchor_is_the_game_state_not_the_path_to_it():
 def test_rows_and_registry():
     from agentr1.envs import resolve
 
-    val = make_tasks("val", 36, 0)
-    assert sorted(r["env_kwargs"]["gamefile"] for r in val) == sorted(g["gamefile"] for g in GAMES)
-    assert len({r["task_type"] for r in val[:6]}) == 6 and len({r["task_type"] for r in val[6:12]}) == 6
-    assert len({r["id"] for r in val}) == 36 and all(r["agent_name"] == ENV for r in val)
+    held_out = make_tasks("val", 6, 0) + make_tasks("test", 6, 0)
+    assert len({r["task_type"] for r in held_out[:6]}) == 6 and len({r["task_type"] for r in held_out[6:]}) == 6
+    assert all(r["agent_name"] == ENV for r in held_out)
     assert resolve(ENV) is AlfworldEnv and resolve("alfworld") is AlfworldEnv
     train = make_tasks("train", 80, 3)
-    assert len({r["id"] for r in train}) == 80 and {r["env_kwargs"]["gamefile"] for r in train} == set(
-        g["gamefile"] for g in GAMES)
+    assert len({r["id"] for r in train}) == 80 and len({r["env_kwargs"]["gamefile"] for r in train}) == 24
+    assert {r["env_kwargs"]["gamefile"] for r in train + held_out} == {g["gamefile"] for g in GAMES}
     json.dumps(train)  # rows are plain data (JSONL / parquet)
-    with pytest.raises(ValueError, match="only 36 games"):
-        make_tasks("val", 37, 0)
+    with pytest.raises(ValueError, match="only 6 test games"):
+        make_tasks("test", 7, 0)
+
+
+def _game(row: dict) -> list[str]:
+    """The game a row plays: its task folder (task type, object, receptacle, room)."""
+    return [Path(row["env_kwargs"]["gamefile"]).parts[2]]
+
+
+def test_the_config_loads_train_val_and_test_games_that_share_nothing():
+    splits = config_splits("examples/alfworld/train.yaml")
+    assert [len(splits[s]) for s in ("train", "val", "test")] == [144, 6, 6]
+    assert_splits_disjoint(splits, question_key, _game)
+    demos = [d.env.task for d in demonstrations(36)]
+    assert len(demos) == 24 and all(_game(d)[0] in {_game(r)[0] for r in splits["train"]} for d in demos)
 
 
 def test_expert_episode_gives_the_prompts_the_model_would_see():

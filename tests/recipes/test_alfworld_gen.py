@@ -25,8 +25,10 @@ from examples.alfworld.generated.generator import (
     split_of,
 )
 from examples.alfworld.pddl import Problem, parse_problem
+from split_checks import assert_splits_disjoint, config_splits
 
 VAL_SEED = 1_000_003  # the seed agentr1's task loader gives the "val" split (data.seed 0)
+TEST_SEED = 2_000_006  # and the "test" split
 
 
 def _games(n: int, size: str = "small", start: int = 0):
@@ -107,25 +109,32 @@ def test_the_fingerprint_is_the_game_not_its_identifiers():
     assert fingerprint(Problem(problem.objects, problem.init, goal)) != generated.fingerprint
 
 
-def test_train_and_held_out_games_share_no_game():
-    train = make_tasks("train", 1200, 0)
-    held_out = make_tasks("val", 200, VAL_SEED) + make_tasks("val", 100, 5)
-    # recompute each game's fingerprint from its seed: the rows' recorded ids and fingerprints are not trusted
-    def prints(rows):
-        return [generate_game(r["env_kwargs"]["game_seed"], r["task_type"], r["env_kwargs"]["size"]).fingerprint
-                for r in rows]
+def _recomputed_fingerprint(row: dict) -> list[str]:
+    """The game's fingerprint recomputed from its seed: the rows' recorded ids and fingerprints are not trusted."""
+    return [generate_game(row["env_kwargs"]["game_seed"], row["task_type"], row["env_kwargs"]["size"]).fingerprint]
 
-    train_prints, held_prints = prints(train), prints(held_out[:200])
-    assert len(set(train_prints)) == len(train) and len(set(held_prints)) == 200  # no repeats within a split
-    assert not set(train_prints) & set(prints(held_out))
-    assert all(split_of(p) == "train" for p in train_prints) and all(split_of(p) == "val" for p in held_prints)
-    assert [r["env_kwargs"]["fingerprint"] for r in train] == train_prints
+
+def test_train_val_and_test_games_share_no_game():
+    splits = {"train": make_tasks("train", 1200, 0),
+              "val": make_tasks("val", 200, VAL_SEED) + make_tasks("val", 100, 5),
+              "test": make_tasks("test", 200, TEST_SEED) + make_tasks("test", 100, 5)}
+    assert_splits_disjoint(splits, _recomputed_fingerprint)
+    prints = {split: [_recomputed_fingerprint(r)[0] for r in rows] for split, rows in splits.items()}
+    assert len(set(prints["train"])) == 1200 and len(set(prints["test"][:200])) == 200  # no repeats within a split
+    assert all(split_of(p) == split for split, found in prints.items() for p in found)
+    assert [r["env_kwargs"]["fingerprint"] for r in splits["train"]] == prints["train"]
     # another training seed gives other training games, still none held out
-    more = prints(make_tasks("train", 300, 1))
-    assert not set(more) & set(prints(held_out)) and len(set(more) - set(train_prints)) > 250
+    more = [_recomputed_fingerprint(r)[0] for r in make_tasks("train", 300, 1)]
+    assert not set(more) & set(prints["val"] + prints["test"]) and len(set(more) - set(prints["train"])) > 250
     # nor is any of the 36 shipped games
     shipped = {fingerprint(AlfredGame.load(DATA_DIR / g["gamefile"]).problem) for g in load_index()}
-    assert len(shipped) == 36 and not shipped & (set(train_prints) | set(held_prints))
+    assert len(shipped) == 36 and not shipped & {p for found in prints.values() for p in found}
+
+
+def test_the_configs_load_train_val_and_test_games_that_share_no_game():
+    for config in ("examples/alfworld/generated/train.yaml", "examples/alfworld/generated/train_gpu.yaml"):
+        splits = config_splits(config, ["data.train_size=600"])
+        assert_splits_disjoint(splits, _recomputed_fingerprint)
 
 
 @pytest.mark.parametrize("kind", EXPERTS)
@@ -221,7 +230,7 @@ def test_rows_registry_and_bad_arguments():
     assert resolve(ENV) is GeneratedAlfworldEnv and resolve("alfworld_generated") is GeneratedAlfworldEnv
     assert make_tasks("val", 12, VAL_SEED) == rows  # the held-out set is fixed by its seed
     with pytest.raises(ValueError, match="split must be"):
-        make_tasks("test", 3, 0)
+        make_tasks("dev", 3, 0)
     with pytest.raises(ValueError, match="non-negative"):
         make_tasks("train", -1, 0)
 

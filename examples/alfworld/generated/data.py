@@ -1,7 +1,7 @@
 """Generated ALFWorld games as Agent-R1 rows: ``make_tasks(split, n, seed)`` for ``data.generator``.
 
 Each split takes only the games :func:`~examples.alfworld.generated.generator.split_of` gives it (a
-function of the game's fingerprint), so the training and held-out ("val") games never share a game,
+function of the game's fingerprint), so the training, val and test games never share a game,
 whatever the seeds; within a split no game repeats. The task types take turns (any prefix of a split is
 balanced over the six), and the training games are unlimited: ask for as many as needed.
 """
@@ -23,8 +23,8 @@ _SEED_STRIDE = 1_000_000  # game seeds of data seed s: s * stride + 0, 1, 2, ...
 
 def generated_games(split: str, seed: int, size: str = "small") -> Iterator[GeneratedGame]:
     """The games of ``split`` for data seed ``seed``, without repeats, task types in turn."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+    if split not in ("train", "val", "test"):
+        raise ValueError(f"split must be 'train', 'val' or 'test', not {split!r}")
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
     seen: set[str] = set()
@@ -58,7 +58,7 @@ def game_row(game: GeneratedGame, *, max_steps: int = MAX_STEPS, sampling: dict[
 
 def make_tasks(split: str, n: int, seed: int, size: str = "small",
                invalid_penalty: float | None = None) -> list[dict[str, Any]]:
-    """``n`` rows of ``split`` ("train" or "val"), generated from data seed ``seed``; ``size`` and
+    """``n`` rows of ``split`` ("train", "val" or "test"), generated from data seed ``seed``; ``size`` and
     ``invalid_penalty`` (see :func:`game_row`) come from ``data.generator_kwargs``."""
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")

@@ -11,7 +11,7 @@ files) that :class:`~examples.alfworld.game.AlfredGame` plays, and it can be wri
 Game identity: :func:`fingerprint` canonicalises a problem (objects replaced by their type, receptacles by
 their display names, places by the receptacles there, the goal formula) and hashes it; two games with the
 same fingerprint are the same game to a player, whatever their seeds. :func:`split_of` assigns every
-fingerprint to "train" or "val" (held out), so the two splits share no game by construction.
+fingerprint to "train", "val" or "test" (both held out), so no two splits share a game by construction.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ APPLIANCE = {"pick_clean_then_place_in_recep": ("cleanable", "sinkbasintype", "i
              "pick_cool_then_place_in_recep": ("coolable", "fridgetype", "iscool")}
 LAMP = "desklamptype"
 _TASK_LINE = re.compile(r'"rhs": "Your task is to: [^"]*"')
-HELD_OUT_EVERY = 5  # one fingerprint in 5 is a held-out game
+# a fingerprint's split by its number mod 10: val 0 and 5 (one in 5, as before the test split), test 1, train 2-4, 6-9
+SPLIT_OF_DIGIT = {0: "val", 5: "val", 1: "test"}
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,6 @@ def fingerprint(problem: Problem) -> str:
 
 
 def split_of(fingerprint_hex: str) -> str:
-    """"val" for one fingerprint in :data:`HELD_OUT_EVERY`, else "train": a game's split is a function of
-    the game itself, so no game can be in both."""
-    return "val" if int(fingerprint_hex[:12], 16) % HELD_OUT_EVERY == 0 else "train"
+    """"val" for one fingerprint in 5, "test" for one in 10, else "train" (:data:`SPLIT_OF_DIGIT`): a game's split
+    is a function of the game itself, so no game can be in two."""
+    return SPLIT_OF_DIGIT.get(int(fingerprint_hex[:12], 16) % 10, "train")
