@@ -97,9 +97,12 @@ def vllm_logprobs(url: str, model: str) -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("weight_sync", ["auto", "disk"])
+def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_path, tiny_model_path, weight_sync):
+    """auto: launched servers take the weights from the trainer's memory (its CPU tensors in shared memory here,
+    CUDA IPC handles on a GPU), no directory written; disk: a directory they load."""
     config = job(tmp_path, tiny_model_path, {
-        "name": "sglang", "launch": True, "launch_port": free_port(),
+        "name": "sglang", "launch": True, "launch_port": free_port(), "weight_sync": weight_sync,
         "launch_command": [sys.executable, str(BACKENDS / "fake_sglang.py")]})
     trainer = Trainer(config, quiet=True)
     trainer.setup()
@@ -114,8 +117,11 @@ def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_pa
         assert httpx.get(server + "/model_info").json()["weight_version"] == "2"
         after = sglang_logprobs(server)
         assert len(before) == len(after) == 4 and before != pytest.approx(after, abs=1e-4), "weights did not change"
-        synced = sorted(p.name for p in (tmp_path / "out" / "weights-for-serving").iterdir())
-        assert synced == ["policy-2"]  # the directory the server loaded last; older ones removed
+        written = tmp_path / "out" / "weights-for-serving"
+        if weight_sync == "disk":
+            assert sorted(p.name for p in written.iterdir()) == ["policy-2"]  # loaded last; older ones removed
+        else:
+            assert not written.exists() or not any(written.iterdir()), "a tensor sync wrote a directory"
 
         # the server goes down: the next weight sync fails with the backend's message, nothing hangs
         trainer.serving.launcher.stop()
@@ -181,10 +187,26 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
     ({"name": "vllm", "urls": ["http://a:1"], "engine_dtype": "bfloat16"},
      "engine_dtype is an option of the embedded engine \\(name local\\), not of the vllm servers"),
     ({"engine_dtype": "bf16"}, "'auto', 'float32', 'bfloat16' or 'float16'"),
+    ({"name": "vllm", "urls": ["http://a:1"], "weight_sync": "tensor"},
+     "weight_sync tensor is for SGLang servers; the vllm rollout syncs through a directory"),
+    ({"weight_sync": "tensor"}, "the local rollout syncs its engine in memory already"),
 ])
 def test_rollout_server_config_errors_are_clear(tmp_path, rollout, message):
     with pytest.raises(ValidationError, match=message):
         job(tmp_path, tmp_path, rollout)
+
+
+@pytest.mark.parametrize(("rollout", "tensor"), [
+    ({"name": "sglang", "launch": True}, True),  # launched here: on this machine
+    ({"name": "sglang", "urls": ["http://127.0.0.1:30000", "http://localhost:30001"]}, True),
+    ({"name": "sglang", "urls": ["http://127.0.0.1:30000", "http://gpu-node-2:30000"]}, False),  # another machine
+    ({"name": "sglang", "urls": ["http://gpu-node-2:30000"], "weight_sync": "tensor"}, True),  # as asked
+    ({"name": "sglang", "launch": True, "weight_sync": "disk"}, False),
+    ({"name": "vllm", "urls": ["http://127.0.0.1:8000"]}, False),
+    ({}, False),
+])
+def test_weight_sync_auto_takes_memory_only_for_sglang_servers_on_this_machine(tmp_path, rollout, tensor):
+    assert job(tmp_path, tmp_path, rollout).actor_rollout_ref.rollout.tensor_sync is tensor
 
 
 def test_offline_training_serves_nothing(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -295,6 +296,11 @@ class RolloutConfig(_Strict):
     launch_args: list[str] = Field(default_factory=list)  # more sglang.launch_server flags, e.g. ["--tp", "2"]
     launch_command: list[str] | None = None  # None: $AGENTR1_SGLANG_LAUNCH_COMMAND, else python -m sglang.launch_server
     launch_timeout_s: float = Field(_gateway_default("launch_timeout_s"), gt=0)  # seconds a server may take to be healthy
+    # name sglang: how the policy's weights reach the servers after each update. tensor: from memory
+    # (/update_weights_from_tensor: CUDA IPC handles, no file; servers on this machine with one tensor-parallel
+    # rank); disk: a HF directory they load (/update_weights_from_disk; any server that can read the path).
+    # auto: tensor for servers this job launched or at a loopback address, else disk. vLLM always loads from disk
+    weight_sync: Literal["auto", "tensor", "disk"] = "auto"
     # name local: the embedded engine's options (GatewaySettings.engine_compile / prefill_budget / engine_exact /
     # cache_gb / engine_dtype)
     engine_compile: bool = False  # torch.compile the decode step (GPU: faster steps after minutes of compiling)
@@ -304,6 +310,15 @@ class RolloutConfig(_Strict):
     # the engine's weights and KV cache (auto: bfloat16 on a GPU, float32 on the CPU); bfloat16 on a CPU with
     # AVX-512 BF16 / AMX: 2.5-3x faster matrix products, log-probs with bfloat16's rounding (as on a GPU)
     engine_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+    @property
+    def tensor_sync(self) -> bool:
+        """Whether the SGLang servers get the weights from memory (:attr:`weight_sync`, ``auto`` resolved)."""
+        if self.name != "sglang" or self.weight_sync == "disk":
+            return False
+        if self.weight_sync == "tensor" or self.launch:
+            return True
+        return all(urlsplit(u).hostname in ("127.0.0.1", "localhost", "::1") for u in self.urls)
 
     @property
     def switch_interval_s(self) -> float | None:
@@ -333,6 +348,10 @@ class RolloutConfig(_Strict):
         elif not self.urls and not self.launch:
             raise ValueError(f"actor_rollout_ref.rollout.name {self.name!r} needs the servers: `urls: [http://host:port]`"
                              + (" or `launch: true`" if self.name == "sglang" else ""))
+        if self.weight_sync == "tensor" and self.name != "sglang":
+            raise ValueError(f"actor_rollout_ref.rollout.weight_sync tensor is for SGLang servers; the {self.name} "
+                             "rollout syncs " + ("its engine in memory already" if self.name == "local" else
+                                                 "through a directory (weight_sync disk or auto)"))
         if launch_options and not self.launch:
             raise ValueError(f"actor_rollout_ref.rollout.{', '.join(launch_options)} only apply with `launch: true`")
         bad = [u for u in self.urls if not u.startswith(("http://", "https://"))]

@@ -11,7 +11,9 @@ settings as ``agentr1 gateway``'s flags, so the backend comes from the same fact
 - ``sglang`` / ``vllm``: the gateway's remote backend (health checks, retries, failover, sticky
   routing) over ``rollout.urls``, or over SGLang servers this job starts and supervises
   (``rollout.launch``: the gateway's ``launch``, as ``agentr1 gateway --launch``). Weights move as a
-  HF directory the servers load from disk (:meth:`~agentr1.trainer.policy.local.LocalPolicy.sync_to`).
+  HF directory the servers load from disk (:meth:`~agentr1.trainer.policy.local.LocalPolicy.sync_to`), or, for
+  SGLang servers on this machine (``rollout.weight_sync``), from memory: CUDA IPC handles to the policy's own
+  tensors through ``/update_weights_from_tensor`` (:mod:`agentr1.gateway.backends.tensor_ipc`).
 
 Policy versions. The version recorded on every step is the one the backend reports for that
 answer (SGLang's ``weight_version``; vLLM reports none, so the backend's own counter), and the
@@ -55,6 +57,15 @@ class _OnGatewayLoop:
         return int(await self.gateway.run_on_loop(self.gateway.backend.update_weights(path)))
 
 
+class _TensorsOnGatewayLoop(_OnGatewayLoop):
+    """As :class:`_OnGatewayLoop`, with the SGLang backend's ``update_weights_from_tensors``: the policy hands its
+    tensors over in memory (``rollout.weight_sync``)."""
+
+    async def update_weights_from_tensors(self, tensors: Any) -> int:
+        assert self.gateway.backend is not None
+        return int(await self.gateway.run_on_loop(self.gateway.backend.update_weights_from_tensors(tensors)))
+
+
 @dataclass
 class Serving:
     """The running embedded gateway (``url``) in front of the rollout backend (and, with ``launch``,
@@ -62,6 +73,7 @@ class Serving:
 
     gateway: EmbeddedGateway
     shards: GatewayShards | None = None  # rollout.gateway_processes > 1: the gateway processes beside this one
+    tensor_sync: bool = False  # remote servers take the weights from memory (RolloutConfig.tensor_sync)
 
     @property
     def url(self) -> str:
@@ -83,7 +95,7 @@ class Serving:
 
     @property
     def remote(self) -> bool:
-        return not hasattr(self.backend, "update_weights_from_tensors")
+        return self.backend.name in ("sglang", "vllm")
 
     @property
     def policy_version(self) -> int:
@@ -108,7 +120,8 @@ class Serving:
             raise RuntimeError(f"the SGLang servers this job launched are gone: {self.launcher.error}")
         if not self.remote:
             return int(await policy.sync_to(self.backend))
-        return int(await policy.sync_to(_OnGatewayLoop(self.gateway)))
+        on_loop = _TensorsOnGatewayLoop if self.tensor_sync else _OnGatewayLoop
+        return int(await policy.sync_to(on_loop(self.gateway)))
 
     async def release_cache(self) -> int:
         """Free the embedded engine's KV cache while it runs no row (before an update: the new weights forget its
@@ -175,7 +188,8 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
             log.info("rollout.gateway_processes=%d: the engine runs in a process of its own, shared by them", shards)
         backend = local_backend(settings, policy_version=policy_version, engine_process=separate or shards > 1)
     serving = Serving(EmbeddedGateway(settings, store=store, backend=backend, owns_backend=True,
-                                      policy_version=policy_version).start())
+                                      policy_version=policy_version).start(),
+                      tensor_sync=cfg.actor_rollout_ref.rollout.tensor_sync)
     if shards > 1:
         try:
             serving.shards = GatewayShards(settings, serving.backend.engine_address, shards).start()

@@ -6,8 +6,9 @@ SGLang reads ``serialized_named_tensors``: one payload per tensor-parallel rank,
 (SGLang's ``MultiprocessingSerializer``; sgl-project/sglang ``srt/utils/common.py``). The pickle of a
 CUDA tensor holds a CUDA IPC handle to its memory, not its values: the server maps the trainer's
 memory and copies from it into its own parameters (``model.load_weights``), so the tensors must stay
-alive until the server has answered. A CPU tensor is moved to shared memory and travels as a file
-descriptor. SGLang unpickles with an allow-list (``SafeUnpickler``: builtins and ``torch.*``), which
+alive until the server has answered. A CPU tensor is copied into named shared memory (torch's
+``file_system`` sharing strategy, so that a process that is not this one's child can open it: file
+descriptors would need this process's multiprocessing authkey). SGLang unpickles with an allow-list (``SafeUnpickler``: builtins and ``torch.*``), which
 these payloads keep to; its patched ``rebuild_cuda_tensor`` takes the plain device index torch writes.
 
 Weights go in buckets of at most ``bucket_bytes`` so that a large model never needs a second
@@ -30,10 +31,15 @@ DEFAULT_BUCKET_BYTES = 512 << 20
 def serialize_named_tensors(named: list[tuple[str, Any]]) -> str:
     """``named`` as one SGLang ``serialized_named_tensors`` entry (base64 of a ForkingPickler pickle).
     Importing torch.multiprocessing registers torch's reductions (CUDA IPC handles, shared memory)."""
-    import torch.multiprocessing  # noqa: F401  (registers the tensor reductions with ForkingPickler)
+    import torch.multiprocessing as mp  # registers the tensor reductions with ForkingPickler
 
     buffer = io.BytesIO()
-    ForkingPickler(buffer).dump(named)
+    strategy = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_system")  # read when a CPU storage is pickled: a shared-memory name, not a descriptor
+    try:
+        ForkingPickler(buffer).dump(named)
+    finally:
+        mp.set_sharing_strategy(strategy)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -53,7 +59,8 @@ def load_named_tensors(payload: str | bytes) -> list[tuple[str, Any]]:
 def tensor_buckets(tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                    dtype: Any = None) -> Iterator[list[tuple[str, Any]]]:
     """``tensors`` (a mapping or ``(name, tensor)`` pairs) in lists of at most ``bucket_bytes`` (a larger
-    tensor goes alone), each tensor detached and contiguous, converted to ``dtype`` when given."""
+    tensor goes alone), each tensor detached and contiguous, converted to ``dtype`` when given. CPU tensors are
+    copied: pickling moves a CPU storage into shared memory, which must not happen to live parameters."""
     pairs = tensors.items() if isinstance(tensors, Mapping) else tensors
     bucket: list[tuple[str, Any]] = []
     size = 0
@@ -62,6 +69,8 @@ def tensor_buckets(tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], *, bu
         if dtype is not None and t.is_floating_point() and t.dtype != dtype:
             t = t.to(dtype)
         t = t.contiguous()
+        if t.device.type == "cpu" and t.data_ptr() == tensor.data_ptr():
+            t = t.clone()
         nbytes = t.numel() * t.element_size()
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
