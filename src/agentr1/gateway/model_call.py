@@ -37,6 +37,7 @@ from agentr1.gateway.call_record import build_steps, persist, remember_choices
 from agentr1.gateway.calls import Gateway, client_retry_count
 from agentr1.gateway.codecs.common import FastJSONResponse
 from agentr1.gateway.codecs.constraints import tool_call_grammar
+from agentr1.gateway.cut_calls import answer_cut_call
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.images import prompt_images
 from agentr1.gateway.planning import plan_for_session
@@ -291,6 +292,9 @@ class ModelCall:
     def _assistant_message(self, index: int, result: GenerateResult) -> Message:
         renderer, prefill = self.gw.renderer, self.plan.prefill if self.plan else ""
         parsed = renderer.parse(result.output_ids, prefill=prefill, id_seed=f"{self.request_id}-{index}")
+        if self.tools and result.finish_reason == "length":  # a call cut by max_tokens is a call, as at OpenAI
+            answer_cut_call(parsed, prefill=prefill, tools=self.tools, tool_choice=self.spec.tool_choice,
+                            id_seed=f"{self.request_id}-{index}")
         content = parsed.content
         if parsed.tool_calls and not self.tools:  # no tools offered: tool-call markup is plain text, as at OpenAI
             close = renderer.close_turn(result.output_ids)
