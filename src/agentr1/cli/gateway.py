@@ -61,6 +61,14 @@ def gateway(**options: Any) -> None:
     except ContextPolicyError as exc:
         typer.secho(f"error: --context-policy: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
+    if settings.tool_call_parser is not None:
+        from agentr1.core.rendering.tool_parsers import get_tool_call_parser  # lazy, as above
+
+        try:
+            get_tool_call_parser(settings.tool_call_parser)
+        except ValueError as exc:
+            typer.secho(f"error: --tool-call-parser: {exc}", fg="red", err=True)
+            raise typer.Exit(2) from exc
     logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if options["otlp_endpoint"]:
         # lazy: the gateway extra stays off --help

@@ -45,8 +45,10 @@ def _default_renderer(settings: GatewaySettings, backend: Backend, store: TraceS
         policy = ImagePolicy(max_bytes=settings.image_max_bytes, max_pixels=settings.image_max_pixels,
                              max_images=settings.image_max_count, allow_remote=settings.image_allow_remote,
                              local_dirs=tuple(Path(d) for d in settings.image_local_dirs))
-        return load_vision_renderer(model, policy=policy, resolve_ref=store.images.get)
-    return load_renderer(tokenizer if tokenizer is not None else resolve_model(settings.model))
+        return load_vision_renderer(model, policy=policy, resolve_ref=store.images.get,
+                                    tool_call_parser=settings.tool_call_parser)
+    return load_renderer(tokenizer if tokenizer is not None else resolve_model(settings.model),
+                         tool_call_parser=settings.tool_call_parser)
 
 
 def create_app(
@@ -65,6 +67,10 @@ def create_app(
     (:func:`agentr1.gateway.context.backend_summarizer`)."""
     settings = settings or GatewaySettings()
     build_policy(settings.context_policy)  # a bad --context-policy fails here, before a model loads
+    if settings.tool_call_parser is not None:  # so does a bad --tool-call-parser
+        from agentr1.core.rendering.tool_parsers import get_tool_call_parser  # lazy: the rendering stack
+
+        get_tool_call_parser(settings.tool_call_parser)
     metrics = Metrics()
 
     @asynccontextmanager
@@ -79,6 +85,10 @@ def create_app(
         writer = StepWriter(trace_store, batch_size=settings.write_batch_size,
                             interval_s=settings.write_interval_ms / 1000)
         await writer.start()
+        if renderer is not None and settings.tool_call_parser is not None:
+            from agentr1.core.rendering.tool_parsers import use_tool_call_parser  # lazy, as above
+
+            use_tool_call_parser(renderer, settings.tool_call_parser)
         app.state.gateway = Gateway(
             settings=settings, backend=model_backend,
             renderer=renderer or _default_renderer(settings, model_backend, trace_store),

@@ -64,8 +64,8 @@ def _sampled(call: ModelCall, choice: Choice, external: Any) -> tuple[Action, Sa
         return Action(choice.message["content"]), tokens, result.finish_reason, call.gw.backend.model_name
     # the plan's own prompt list (built for this call), shared with the session's memory
     tokens = SampledTokens(call.plan.prompt_ids, result.output_ids, result.logprobs, result.policy_version)
-    return (Action.of_message(choice.message, prefill=call.plan.prefill), tokens, choice.finish_reason,
-            call.gw.backend.model_name)
+    action = Action.of_message(choice.message, prefill=call.plan.prefill, parser=choice.parser)
+    return action, tokens, choice.finish_reason, call.gw.backend.model_name
 
 
 def repeats_last_call(call: ModelCall) -> bool:

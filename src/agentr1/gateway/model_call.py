@@ -256,7 +256,11 @@ class ModelCall:
     def _releaser(self) -> TextReleaser:
         if not self.is_chat:
             return TextReleaser(self.spec.sampling.stop)
-        return TextReleaser((*CHAT_MARKERS, *self.spec.sampling.stop), blocked=bool(self.plan and self.plan.prefill))
+        # where a call may begin in the model's format (bare JSON: any "{"): held back until the turn is parsed
+        parser = getattr(self.gw.renderer, "tool_parser", None) if self.tools else None
+        calls = parser.markers if parser is not None else ()
+        return TextReleaser((*CHAT_MARKERS, *calls, *self.spec.sampling.stop),
+                            blocked=bool(self.plan and self.plan.prefill))
 
     def _decode_partial(self, ids: list[int]) -> str:
         return self.gw.renderer.tokenizer.decode(ids, skip_special_tokens=not self.is_chat)
@@ -284,14 +288,16 @@ class ModelCall:
             return Choice(index, {"role": "assistant", "content": text},
                           "length" if result.finish_reason == "length" else "stop", result,
                           prompt_index=self.jobs[index].prompt_index)
-        message = self._assistant_message(index, result)
+        message, parser = self._assistant_message(index, result)
         reason = "length" if result.finish_reason == "length" else ("tool_calls" if message.get("tool_calls")
                                                                       else "stop")
-        return Choice(index, message, reason, result)
+        return Choice(index, message, reason, result, parser=parser)
 
-    def _assistant_message(self, index: int, result: GenerateResult) -> Message:
+    def _assistant_message(self, index: int, result: GenerateResult) -> tuple[Message, str | None]:
+        """The assistant message of a sampled choice, and the tool-call parser that read it."""
         renderer, prefill = self.gw.renderer, self.plan.prefill if self.plan else ""
-        parsed = renderer.parse(result.output_ids, prefill=prefill, id_seed=f"{self.request_id}-{index}")
+        parsed = renderer.parse(result.output_ids, prefill=prefill, id_seed=f"{self.request_id}-{index}",
+                                tools=self.tools)
         if self.tools and result.finish_reason == "length":  # a call cut by max_tokens is a call, as at OpenAI
             answer_cut_call(parsed, prefill=prefill, tools=self.tools, tool_choice=self.spec.tool_choice,
                             id_seed=f"{self.request_id}-{index}")
@@ -307,7 +313,7 @@ class ModelCall:
             message["tool_calls"] = parsed.tool_calls
         if parsed.reasoning:
             message["reasoning_content"] = parsed.reasoning
-        return message
+        return message, parsed.parser
 
     # -- record ---------------------------------------------------------------------------------
 

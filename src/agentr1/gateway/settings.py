@@ -35,6 +35,10 @@ class GatewaySettings(BaseSettings):
                        "Face model directory (with --backend sglang/vllm: the served model's, for its tokenizer; with "
                        "litellm: the external model, e.g. openai/gpt-4o-mini).")
     served_model_name: str | None = Field(None, description="Model id under /v1/models (default: from the model).")
+    tool_call_parser: str | None = Field(
+        None, description="How the model's tool calls are read: hermes (<tool_call> tags), json (bare or fenced JSON "
+        "naming a declared tool; alias llama3_json), pythonic ([f(a=1)]) or hermes_json (tags, else JSON). Default: "
+        "the model family's (hermes_json for Qwen2.5-Coder and Qwen2 checkpoints, hermes otherwise). docs/gateway.md")
     model_aliases: list[str] = Field(default_factory=list, description="Other model names accepted in requests.")
     accept_any_model: bool = Field(False, description="Serve the policy whatever model name a request asks for.")
     backend: BackendName = Field("local", description="local (embedded engine), sglang or vllm (the servers at "

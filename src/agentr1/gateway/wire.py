@@ -55,6 +55,7 @@ class Choice:
     prompt_index: int = 0
     step: int = -1  # the stored step's index
     rest: str = ""  # streamed: the text not sent as deltas yet
+    parser: str | None = None  # the tool-call parser that read the sampled text (chat)
 
 
 @dataclass

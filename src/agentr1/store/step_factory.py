@@ -24,7 +24,8 @@ class ActionKind(enum.StrEnum):
 @dataclass(slots=True)
 class Action:
     """a_t as a step stores it: the text, tool calls and reasoning; where the call has them, the assistant
-    message as answered (chat formats), the prefill the prompt ended with, a provider's log-probabilities."""
+    message as answered (chat formats), the prefill the prompt ended with, a provider's log-probabilities, the
+    tool-call parser that read the sampled text (``hermes``, ``json``, ...)."""
 
     content: str | None
     tool_calls: list[dict[str, Any]] | None = None
@@ -32,13 +33,14 @@ class Action:
     message: dict[str, Any] | None = None
     prefill: str | None = None
     provider_logprobs: Any = None
+    parser: str | None = None
 
     @classmethod
     def of_message(cls, message: dict[str, Any], *, prefill: str | None = None,
-                   provider_logprobs: Any = None) -> Action:
+                   provider_logprobs: Any = None, parser: str | None = None) -> Action:
         """The action of an OpenAI-style assistant message (``content``, ``tool_calls``, ``reasoning_content``)."""
         return cls(message.get("content"), message.get("tool_calls"), message.get("reasoning_content"), message,
-                   prefill, provider_logprobs)
+                   prefill, provider_logprobs, parser)
 
     @property
     def kind(self) -> ActionKind:
@@ -53,6 +55,8 @@ class Action:
             stored["prefill"] = self.prefill
         if self.provider_logprobs is not None:
             stored["provider_logprobs"] = self.provider_logprobs
+        if self.parser is not None:
+            stored["parser"] = self.parser
         return stored
 
 

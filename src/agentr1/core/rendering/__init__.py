@@ -15,6 +15,7 @@ from agentr1.core.rendering.base import (
     content_text,
     normalize_messages,
 )
+from agentr1.core.rendering.call_parsing import FoundCalls, ToolCallParser, parse_text
 from agentr1.core.rendering.chatml import SMOLLM2_DEFAULT_SYSTEM, ChatMLRenderer
 from agentr1.core.rendering.continuation import (
     PreviousTurn,
@@ -28,14 +29,23 @@ from agentr1.core.rendering.factory import RendererKind, create_renderer, load_r
 from agentr1.core.rendering.hermes import hermes_prefill, parse_hermes, split_reasoning
 from agentr1.core.rendering.images import ImagePolicy, image_identity, image_ref
 from agentr1.core.rendering.template import ChatTemplateRenderer
+from agentr1.core.rendering.tool_parsers import (
+    TOOL_CALL_PARSERS,
+    default_tool_call_parser,
+    get_tool_call_parser,
+    register_tool_call_parser,
+    use_tool_call_parser,
+)
 from agentr1.core.rendering.turns import assistant_turn_ids
 from agentr1.core.rendering.vision import MultimodalInputs, ProcessedImage, VisionRenderer, concat_image_tensors
 
 __all__ = [
     "ROLE_ALIASES",
     "SMOLLM2_DEFAULT_SYSTEM",
+    "TOOL_CALL_PARSERS",
     "ChatMLRenderer",
     "ChatTemplateRenderer",
+    "FoundCalls",
     "ImagePolicy",
     "Message",
     "MultimodalInputs",
@@ -48,6 +58,7 @@ __all__ = [
     "RendererKind",
     "RenderersAdapter",
     "Tool",
+    "ToolCallParser",
     "TurnClose",
     "VisionRenderer",
     "assistant_turn_ids",
@@ -56,6 +67,8 @@ __all__ = [
     "concat_image_tensors",
     "content_text",
     "create_renderer",
+    "default_tool_call_parser",
+    "get_tool_call_parser",
     "hermes_prefill",
     "image_identity",
     "image_ref",
@@ -63,7 +76,10 @@ __all__ = [
     "load_vision_renderer",
     "normalize_messages",
     "parse_hermes",
+    "parse_text",
     "plan_prompt",
+    "register_tool_call_parser",
     "same_messages",
     "split_reasoning",
+    "use_tool_call_parser",
 ]

@@ -78,7 +78,8 @@ class RenderersAdapter:
             return None
         return [*bridged.token_ids[len(head):], *self._encode(prefill)]
 
-    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None) -> ParsedAction:
+    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None,
+              tools: Sequence[Tool] | None = None) -> ParsedAction:
         body = [*self._encode(prefill), *action_ids[: self.close_turn(action_ids).kept]]
         finished = bool(body) and body[-1] in self.end_of_turn_ids
         response = self.inner.parse_response(body)
@@ -98,7 +99,7 @@ class RenderersAdapter:
         if calls and not content:
             content = None
         return ParsedAction(content=content, tool_calls=calls, reasoning=response.reasoning_content or None,
-                            invalid_tool_calls=invalid, finished=finished)
+                            invalid_tool_calls=invalid, finished=finished, parser="renderers")
 
     def tool_choice_prefill(self, tools: Sequence[Tool] | None, tool_choice: Any) -> str:
         tool_choice_name(tools, tool_choice)  # validated; not enforced (formats differ per family)

@@ -34,13 +34,15 @@ class ParsedAction:
     ``tool_calls`` are OpenAI tool calls ``{"id", "type": "function", "function": {"name",
     "arguments"}}`` with ``arguments`` a JSON string. ``invalid_tool_calls`` holds the raw text of
     ``<tool_call>`` blocks that did not parse (they stay in ``content``). ``finished`` is False when
-    the turn has no end-of-turn token (length cut, stop string)."""
+    the turn has no end-of-turn token (length cut, stop string). ``parser``: the tool-call parser that
+    read the turn (``hermes``, ``json``, ...: :mod:`agentr1.core.rendering.tool_parsers`)."""
 
     content: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning: str | None = None
     invalid_tool_calls: list[str] = field(default_factory=list)
     finished: bool = True
+    parser: str | None = None
 
     def to_message(self) -> Message:
         """The OpenAI assistant message (``reasoning_content`` only when there is reasoning)."""
@@ -80,8 +82,10 @@ class Renderer(Protocol):
         """Prompt ids; ``prefill`` is text the assistant turn starts with (after the generation prompt)."""
         ...
 
-    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None) -> ParsedAction:
-        """Sampled ids (``prefill`` text before them) -> content / tool calls / reasoning."""
+    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None,
+              tools: Sequence[Tool] | None = None) -> ParsedAction:
+        """Sampled ids (``prefill`` text before them) -> content / tool calls / reasoning. ``tools``: the
+        request's (formats such as bare JSON read only calls of declared functions)."""
         ...
 
     def close_turn(self, action_ids: Sequence[int]) -> TurnClose:

@@ -12,6 +12,7 @@ from agentr1.core.rendering.base import Message, Renderer, RenderError
 from agentr1.core.rendering.chatml import IM_END, IM_START, ChatMLRenderer
 from agentr1.core.rendering.images import ImagePolicy, RefResolver
 from agentr1.core.rendering.template import ChatTemplateRenderer
+from agentr1.core.rendering.tool_parsers import default_tool_call_parser, use_tool_call_parser
 from agentr1.core.rendering.vision import VisionRenderer
 
 __all__ = ["RendererKind", "create_renderer", "load_renderer", "load_vision_renderer"]
@@ -67,24 +68,29 @@ def _chatml_matches(tokenizer: Any) -> ChatMLRenderer | None:
     return chatml
 
 
-def create_renderer(tokenizer: Any, kind: RendererKind = "auto", **options: Any) -> Renderer:
+def create_renderer(tokenizer: Any, kind: RendererKind = "auto", *, tool_call_parser: str | None = None,
+                    **options: Any) -> Renderer:
     """``chatml``: :class:`ChatMLRenderer`; ``template``: :class:`ChatTemplateRenderer`;
     ``renderers``: :class:`RenderersAdapter` (the ``renderers`` package's renderer for the model,
     options ``inner=`` / ``config=``); ``auto``: ChatML when it renders exactly what the tokenizer's
     template renders on probe conversations (or the tokenizer is ChatML and its template has no
-    tools), else the template."""
+    tools), else the template. Text renderers read tool calls with ``tool_call_parser`` (default: the
+    model family's, :func:`~agentr1.core.rendering.tool_parsers.default_tool_call_parser`)."""
     if kind == "renderers":
+        if tool_call_parser is not None:
+            raise ValueError("the renderers package parses tool calls itself: tool_call_parser needs kind chatml, "
+                             "template or auto")
         return RenderersAdapter(tokenizer, **options)
+    renderer: ChatMLRenderer | ChatTemplateRenderer | None
     if kind == "chatml":
-        return ChatMLRenderer(tokenizer, **options)
-    if kind == "template":
-        return ChatTemplateRenderer(tokenizer, **options)
-    if kind != "auto":
+        renderer = ChatMLRenderer(tokenizer, **options)
+    elif kind == "template":
+        renderer = ChatTemplateRenderer(tokenizer, **options)
+    elif kind == "auto":
+        renderer = _chatml_matches(tokenizer) or ChatTemplateRenderer(tokenizer, **options)
+    else:
         raise ValueError(f"unknown renderer kind {kind!r}: use auto, chatml, template or renderers")
-    chatml = _chatml_matches(tokenizer)
-    if chatml is not None:
-        return chatml
-    return ChatTemplateRenderer(tokenizer, **options)
+    return use_tool_call_parser(renderer, tool_call_parser or default_tool_call_parser(tokenizer))
 
 
 def load_renderer(tokenizer_or_path: Any, kind: RendererKind = "auto", **options: Any) -> Renderer:

@@ -9,7 +9,8 @@ Hermes format (Qwen2.5, NousResearch Hermes, our SmolLM2 template)::
 The parser works on decoded text, not on token ids: in SmolLM2's vocabulary ``<tool_call>`` is five
 ordinary tokens, so an id-level matcher (``renderers``' qwen3 parser) finds nothing. It is tolerant:
 a block whose JSON does not parse, or that has no function name, stays in ``content`` verbatim and
-is listed in ``invalid_tool_calls``; nothing raises.
+is listed in ``invalid_tool_calls``; nothing raises. Renderers built on :class:`HermesTextRenderer`
+read completions with the tool-call parser of the model's family (:mod:`agentr1.core.rendering.tool_parsers`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,20 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentr1.core.rendering.base import ParsedAction, TextRenderer, Tool, new_call_id, tool_choice_name
+from agentr1.core.rendering.base import ParsedAction, TextRenderer, Tool, tool_choice_name
+from agentr1.core.rendering.call_parsing import (
+    FoundCalls,
+    ToolCallParser,
+    call_objects,
+    parse_text,
+    split_reasoning,
+)
 
 __all__ = [
+    "HERMES",
     "TOOLS_FOOTER",
     "TOOLS_HEADER",
+    "HermesParser",
     "HermesTextRenderer",
     "hermes_prefill",
     "parse_hermes",
@@ -41,7 +51,6 @@ TOOLS_FOOTER = (
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(CALL_OPEN) + r"(.*?)(?:" + re.escape(CALL_CLOSE) + r"|\Z)", re.DOTALL)
 
@@ -63,89 +72,59 @@ def hermes_prefill(tools: Sequence[Tool] | None, tool_choice: Any) -> str:
     return ""
 
 
-def split_reasoning(text: str) -> tuple[str | None, str, bool]:
-    """``<think>R</think>C`` -> (R, C, True). Also when the opening tag was in the prompt (text
-    starts inside the reasoning). An unclosed ``<think>`` at the start -> (R, "", True). No reasoning
-    -> (None, text, False)."""
-    stripped = text.lstrip()
-    if THINK_CLOSE in text and (stripped.startswith(THINK_OPEN) or THINK_OPEN not in text):
-        reasoning, _, rest = text.partition(THINK_CLOSE)
-        reasoning = reasoning.lstrip()
-        if reasoning.startswith(THINK_OPEN):
-            reasoning = reasoning[len(THINK_OPEN):]
-        return reasoning.strip() or None, rest, True
-    if stripped.startswith(THINK_OPEN):
-        return stripped[len(THINK_OPEN):].strip() or None, "", True
-    return None, text, False
+class HermesParser:
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (one call, or a list of calls, a
+    block). The tags make a call explicit, so the function need not be declared (the gateway answers calls
+    of functions that were not offered as plain text, as OpenAI does)."""
 
+    name: str = "hermes"
+    markers: tuple[str, ...] = (CALL_OPEN,)
 
-def _calls_in(body: str) -> list[tuple[str, str]] | None:
-    """The (name, arguments JSON) pairs a block holds, or None when it is not a valid call."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return None
-    items = parsed if isinstance(parsed, list) and parsed else [parsed]
-    calls = []
-    for item in items:
-        if not isinstance(item, dict):
-            return None
-        name = item.get("name")
-        arguments = item.get("arguments", item.get("parameters", {}))
-        if isinstance(arguments, str):  # some models double-encode; accept a JSON object string
+    def find_calls(self, text: str, tool_names: frozenset[str]) -> FoundCalls:
+        found = FoundCalls("")
+        kept: list[str] = []
+        position = 0
+        for match in _BLOCK.finditer(text):
+            body = match.group(1).strip()
             try:
-                arguments = json.loads(arguments)
+                calls = call_objects(json.loads(body))
             except ValueError:
-                return None
-        if not isinstance(name, str) or not name or not isinstance(arguments, dict):
-            return None
-        calls.append((name, json.dumps(arguments, ensure_ascii=False)))
-    return calls
+                calls = None
+            if calls is None:
+                if body or match.group(0).endswith(CALL_CLOSE):
+                    found.invalid.append(match.group(0))
+                continue  # stays in the content
+            kept.append(text[position:match.start()])
+            position = match.end()
+            found.calls.extend(calls)
+        kept.append(text[position:])
+        found.text = "".join(kept)
+        return found
+
+
+HERMES = HermesParser()
 
 
 def parse_hermes(text: str, *, id_seed: str | None = None, finished: bool = True) -> ParsedAction:
-    """Decoded assistant text (end-of-turn token already removed) -> :class:`ParsedAction`.
-
-    Content is stripped of surrounding whitespace when tool calls or reasoning were taken out of it
-    (the newlines around the tags are format, not content); ``None`` when only tool calls remain."""
-    reasoning, rest, had_reasoning = split_reasoning(text)
-    tool_calls: list[dict[str, Any]] = []
-    invalid: list[str] = []
-    kept: list[str] = []
-    position = 0
-    for match in _BLOCK.finditer(rest):
-        calls = _calls_in(match.group(1).strip())
-        if calls is None:
-            if match.group(1).strip() or match.group(0).endswith(CALL_CLOSE):
-                invalid.append(match.group(0))
-            continue  # stays in the content
-        kept.append(rest[position:match.start()])
-        position = match.end()
-        for name, arguments in calls:
-            tool_calls.append({
-                "id": new_call_id(id_seed, len(tool_calls)),
-                "type": "function",
-                "function": {"name": name, "arguments": arguments},
-            })
-    kept.append(rest[position:])
-    text_left = "".join(kept)
-    if tool_calls or had_reasoning:
-        text_left = text_left.strip()
-    content = None if tool_calls and not text_left else text_left
-    return ParsedAction(content=content, tool_calls=tool_calls, reasoning=reasoning,
-                        invalid_tool_calls=invalid, finished=finished)
+    """Decoded assistant text (end-of-turn token already removed) -> :class:`ParsedAction`, hermes calls
+    (:func:`~agentr1.core.rendering.call_parsing.parse_text` with :data:`HERMES`)."""
+    return parse_text(text, HERMES, id_seed=id_seed, finished=finished)
 
 
 class HermesTextRenderer(TextRenderer):
-    """A text-first renderer whose completions are parsed as hermes-style text: the sampled ids up to
-    the end of the turn are decoded (after any prefill) and handed to :func:`parse_hermes`."""
+    """A text-first renderer (hermes tools in the prompt) whose completions are parsed at the text level: the
+    sampled ids up to the end of the turn are decoded (after any prefill) and read by ``tool_parser``
+    (hermes unless the model's family or ``--tool-call-parser`` picks another:
+    :mod:`agentr1.core.rendering.tool_parsers`)."""
 
     end_of_turn_ids: tuple[int, ...]
+    tool_parser: ToolCallParser = HERMES
 
-    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None) -> ParsedAction:
+    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None,
+              tools: Sequence[Tool] | None = None) -> ParsedAction:
         body = list(action_ids[: self.close_turn(action_ids).kept])  # type: ignore[attr-defined]
         finished = bool(body) and body[-1] in self.end_of_turn_ids
         if finished:
             body = body[:-1]
         text = prefill + self.tokenizer.decode(body, skip_special_tokens=False)
-        return parse_hermes(text, id_seed=id_seed, finished=finished)
+        return parse_text(text, self.tool_parser, tools, id_seed=id_seed, finished=finished)

@@ -220,8 +220,18 @@ class VisionRenderer:
                                      prompt_ids=prompt_ids, closed_action_ids=closed_action_ids)
         return None if tail is None else self._splice(list(tail), images)
 
-    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None) -> ParsedAction:
-        return self.text.parse(action_ids, prefill=prefill, id_seed=id_seed)
+    def parse(self, action_ids: Sequence[int], *, prefill: str = "", id_seed: str | None = None,
+              tools: Sequence[Tool] | None = None) -> ParsedAction:
+        return self.text.parse(action_ids, prefill=prefill, id_seed=id_seed, tools=tools)
+
+    @property
+    def tool_parser(self) -> Any:
+        """The text renderer's tool-call parser (:mod:`agentr1.core.rendering.tool_parsers`)."""
+        return self.text.tool_parser  # type: ignore[attr-defined]
+
+    @tool_parser.setter
+    def tool_parser(self, parser: Any) -> None:
+        self.text.tool_parser = parser  # type: ignore[attr-defined]
 
     def close_turn(self, action_ids: Sequence[int]) -> TurnClose:
         return self.text.close_turn(action_ids)
