@@ -21,6 +21,7 @@ from examples.calculator.calculator import CALCULATOR, SYSTEM, calculator, final
 from agentr1.envs import BaseTool, StepResult, ToolEnv, ToolResult
 from agentr1.trainer.sft.replay import Demonstration
 
+
 class CalculatorTool(BaseTool):
     name = CALCULATOR["function"]["name"]
     description = CALCULATOR["function"]["description"]

@@ -11,8 +11,8 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
    SFT policy first (step 0: *before*, greedy and sampled), then GRPO steps, then held-out success again (*after*).
 
 The RL stage runs in bfloat16 where the CPU multiplies it in hardware (``rollout.engine_dtype`` and
-``actor.param_dtype`` in demo.yaml; on a CPU without AVX-512 BF16 or AMX the driver passes float32 instead,
-:func:`cpu_has_bfloat16_matmuls`). It trains on ``make_demo_tasks`` with the outcome alone as the reward (held-out
+``actor.param_dtype`` in demo.yaml; on a CPU without AVX-512 BF16 or AMX ``agentr1 train`` and ``agentr1 eval`` run
+such a job in float32 instead: ``agentr1.trainer.cpu_dtypes``). It trains on ``make_demo_tasks`` with the outcome alone as the reward (held-out
 chains sampled under per-chain seeds, each call of an episode under its own), 3 chains x 8 samples a step for 8 steps
 at lr 2e-5 in mini-batches of 2, learning only from the samples that beat their group
 (``algorithm.advantage_floor: 0``). The stages run with glibc's mmap threshold at 4 MiB (:func:`_stage_env`).
@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from agentr1.trainer.cpu_dtypes import cpu_has_bfloat16_matmuls
 
 __all__ = ["children_cpu_s", "cpu_has_bfloat16_matmuls", "latest_checkpoint", "main", "run_stage", "summarize"]
 
@@ -84,22 +86,6 @@ def latest_checkpoint(folder: Path) -> Path:
     if not steps:
         sys.exit(f"no checkpoint in {folder / 'checkpoints'}")
     return steps[-1]
-
-
-FLOAT32_OVERRIDES = ["actor_rollout_ref.rollout.engine_dtype=float32", "actor_rollout_ref.actor.param_dtype=fp32"]
-
-
-def cpu_has_bfloat16_matmuls(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX, from the flags of
-    ``/proc/cpuinfo``): there the demo's bfloat16 engine and update run 2.5-3x faster matrix products than
-    float32; elsewhere (no such flags, or no ``/proc/cpuinfo``) bfloat16 is emulated and slower."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _peak_rss_gb() -> float:
@@ -191,8 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
          f"data.train_batch_size={args.sft_batch}", f"optim.lr={args.sft_lr}",
          f"trainer.device={args.device}"], out / "sft.log", stages)
     sft_checkpoint = latest_checkpoint(out / "sft")
-    if args.device == "cpu" and not cpu_has_bfloat16_matmuls():  # demo.yaml's bfloat16 would be emulated: float32
-        args.overrides = [*FLOAT32_OVERRIDES, *args.overrides]  # (the user's overrides still win)
+    if args.device == "cpu" and not cpu_has_bfloat16_matmuls():  # agentr1 train runs demo.yaml's bfloat16 in float32
         print("   (this CPU has no bfloat16 matrix products (AVX-512 BF16 / AMX): RL in float32, about twice as long)")
     run_stage(f"3/3 RL: held-out success of the SFT policy on {args.val} chains, {args.rl_steps} GRPO steps, "
          "held-out success again",

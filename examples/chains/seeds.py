@@ -1,15 +1,15 @@
 """The laptop demo's recipe over several seeds, each SFT and SFT+RL checkpoint evaluated under the evaluation
-protocol on the same held-out chains: greedy@1, mean@K and pass@K at temperature 1, with paired tests
+protocol on the same test chains: greedy@1, mean@K and pass@K at temperature 1, with paired tests
 (``agentr1 eval --compare SFT RL``). This is how the recipe's learning claim is measured (docs/results.md).
 
 Per seed k: the expert's demonstrations (their own seed), ``agentr1 sft`` (``trainer.seed=k``), ``agentr1 train
 demo.yaml`` from that checkpoint (``trainer.seed=k``, ``data.seed=k``: other training chains; inside the run only a greedy
-look at one chain), then ``agentr1 eval demo.yaml --compare SFT RL --n K --temperature 1`` on ``--val`` held-out chains
-(``data.seed`` 0's: the same chains for every seed, disjoint from every training and demonstration chain by
-construction). Writes ``<out>/seed<k>/compare.json`` (each task's outcomes), ``<out>/summary.json`` and prints a
-table; CPU seconds per stage are in the summary.
+look at one chain), then ``agentr1 eval demo.yaml --split test --compare SFT RL --n K --temperature 1`` on ``--test``
+chains of the test split (``data.seed`` 0's: the same chains for every seed, disjoint from every training,
+demonstration and val chain by construction: nothing was tuned on them). Writes ``<out>/seed<k>/compare.json`` (each
+task's outcomes), ``<out>/summary.json`` and prints a table; CPU seconds per stage are in the summary.
 
-    python -m examples.chains.seeds [--seeds 1 2 3] [--val 128] [--n 8] [--out out/chains-seeds] [train overrides]
+    python -m examples.chains.seeds [--seeds 1 2 3] [--test 128] [--n 8] [--out out/chains-seeds] [train overrides]
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from typing import Any
 
 from examples.chains.demo import (
     DEMO_CONFIG,
-    FLOAT32_OVERRIDES,
     ROOT,
     SFT_CONFIG,
     children_cpu_s,
-    cpu_has_bfloat16_matmuls,
     latest_checkpoint,
     run_stage,
 )
@@ -58,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m examples.chains.seeds", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="out/chains-seeds")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--val", type=int, default=128, help="held-out chains")
+    parser.add_argument("--test", type=int, default=128, help="test chains each checkpoint is evaluated on")
     parser.add_argument("--n", type=int, default=8, help="samples a task at temperature 1 (K of mean@K, pass@K)")
     parser.add_argument("--demos", type=int, default=12)
     parser.add_argument("--rl-steps", type=int, default=8)
@@ -68,7 +66,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     agentr1 = [str(Path(sys.executable).parent / "agentr1")]
-    engine = [] if cpu_has_bfloat16_matmuls() else FLOAT32_OVERRIDES
     rows, stages = {}, {}
     for seed in args.seeds:
         folder = out / f"seed{seed}"
@@ -90,17 +87,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft}",
               f"trainer.default_local_dir={folder / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
               f"trainer.seed={seed}", f"data.seed={seed}", "data.val_size=1", "actor_rollout_ref.rollout.val_kwargs.n=0",
-              "trainer.device=cpu", *engine,
-              *args.overrides], folder / "rl.log", done)
+              "trainer.device=cpu", *args.overrides], folder / "rl.log", done)
         rl = latest_checkpoint(folder / "rl")
-        run_stage(f"seed {seed}: SFT against SFT+RL on {args.val} held-out chains (greedy, {args.n} samples at T=1)",
-             [*agentr1, "eval", DEMO_CONFIG, f"db={db}", f"data.val_size={args.val}", "trainer.device=cpu", *engine,
-              "--compare", str(sft), str(rl), "--n", str(args.n), "--temperature", "1.0",
+        run_stage(f"seed {seed}: SFT against SFT+RL on {args.test} test chains (greedy, {args.n} samples at T=1)",
+             [*agentr1, "eval", DEMO_CONFIG, f"db={db}", f"data.test_size={args.test}", "trainer.device=cpu",
+              "--split", "test", "--compare", str(sft), str(rl), "--n", str(args.n), "--temperature", "1.0",
               "--output", str(folder / "compare.json"), "--run-id", "eval"], folder / "eval.log", done)
         rows[seed] = seed_row(json.loads((folder / "compare.json").read_text()), args.n)
         stages[seed] = done
         print(json.dumps({"seed": seed, **rows[seed]}), flush=True)
-    summary = {"seeds": rows, "stages": stages, "val": args.val, "n": args.n, "demos": args.demos,
+    summary = {"seeds": rows, "stages": stages, "split": "test", "test": args.test, "n": args.n, "demos": args.demos,
                "rl_steps": args.rl_steps, "cpu_s": round(children_cpu_s(), 1), "date": time.strftime("%Y-%m-%d"),
                "mean": {key: statistics.mean(r[key] for r in rows.values()) for key in next(iter(rows.values()))}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -20,7 +20,6 @@ from examples.chains.tasks import (
     make_tasks,
     split_of,
 )
-
 from split_checks import assert_splits_disjoint, config_splits, question_key
 
 from agentr1.trainer.config import JobConfig

@@ -41,7 +41,7 @@ def test_each_split_reads_its_own_files(tmp_path: Path):
 
 def test_a_missing_or_unknown_split_is_named():
     only_val = DataConfig(train_files=["t.jsonl"], val_files=["v.jsonl"])
-    with pytest.raises(ValueError, match="no test tasks: set data.test_files or data.generator"):
+    with pytest.raises(ValueError, match=r"no test tasks: set data\.test_files or data\.generator"):
         load_tasks(only_val, "test")
     with pytest.raises(ValueError, match="split must be one of"):
         load_tasks(only_val, "dev")

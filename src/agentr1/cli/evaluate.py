@@ -1,5 +1,10 @@
 """`agentr1 eval CONFIG`: evaluate a checkpoint under the evaluation protocol, or compare two on the same tasks.
 
+On the job's test split by default (``--split test``: tasks held out from training and from choosing settings, the
+split for claims); ``--split val`` evaluates on the tasks settings are chosen on. The job's dtypes are fitted to this
+machine as ``agentr1 train`` fits them (``agentr1.cli.train.load_job``), so a checkpoint is served in the dtype its
+job trains in. Progress (episodes done, success so far, elapsed, time left) goes to stderr as episodes end.
+
 Greedy pass@1 (temperature 0 on every call) and K samples a task at the sampling temperature (mean@K, pass@K,
 maj@K), each with a 95% bootstrap interval (agentr1.trainer.eval_metrics). The gateway applies the decoding to
 every call of the evaluation's sessions, whatever the agent asks. ``--compare A B`` evaluates both checkpoints on
@@ -12,7 +17,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -23,7 +28,7 @@ _DETAIL = "tasks_detail"
 
 def evaluate(
     config: str = typer.Argument(..., help="Job config (YAML): the agent, the held-out tasks, the rewards."),
-    overrides: list[str] = typer.Argument(None, help="key.sub=value overrides, e.g. data.val_size=128"),
+    overrides: list[str] = typer.Argument(None, help="key.sub=value overrides, e.g. data.test_size=128"),
     checkpoint: str = typer.Option(None, "--checkpoint", help="A servable checkpoint dir (…/step_N/hf); "
                                    "default: the config's model."),
     compare: tuple[str, str] = typer.Option(None, "--compare", help="Two checkpoints A B (a dir, or a "
@@ -35,13 +40,15 @@ def evaluate(
     n: int = typer.Option(None, "--n", min=0, help="Sampled runs per task (K of mean@K, pass@K, maj@K; 0: none). "
                           "Default: val_kwargs.n (1)."),
     greedy: bool = typer.Option(None, "--greedy/--no-greedy", help="Also a greedy pass (greedy@1). Default: on "
-                                "for --split val, off for --split train."),
-    split: str = typer.Option("val", "--split", help="val (held-out tasks) or train (collect rollouts, e.g. "
-                              "for best-of-n SFT)."),
+                                "for --split test and val, off for --split train."),
+    split: str = typer.Option("test", "--split", help="test (held out from training and from choosing settings: "
+                              "the split for claims), val (held-out tasks settings are chosen on) or train (collect "
+                              "rollouts, e.g. for best-of-n SFT)."),
     run_id: str = typer.Option(None, "--run-id", help="Store run of the sessions (default: <run_name>-eval-<time>; "
                                "with --compare, -A and -B are appended)."),
     output: Path = typer.Option(None, "--output", help="Also write the whole answer, each task's outcomes "
                                 "included, to this JSON file."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Evaluate a checkpoint (greedy@1, mean@K, pass@K, maj@K with 95% intervals), or compare two."""
     import asyncio
@@ -49,17 +56,24 @@ def evaluate(
     # lazy: the trainer extra (torch, verl) stays off --help
     from agentr1.trainer import compare_evaluations, comparison_table, evaluate_checkpoint, metrics_table
 
-    if split not in ("train", "val"):
-        _fail(f"--split must be train or val, not {split!r}")
+    if split not in ("test", "val", "train"):
+        _fail(f"--split must be test, val or train, not {split!r}")
     if compare and checkpoint is not None:
         _fail("give --checkpoint or --compare A B, not both")
     job: Any = load_job(config, overrides)
-    protocol = _protocol(job, temperature=temperature, n=n, greedy=split == "val" if greedy is None else greedy)
+    protocol = _protocol(job, temperature=temperature, n=n, greedy=split != "train" if greedy is None else greedy)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
     def one(model: str | None, suffix: str = "") -> dict[str, Any]:
         rid = f"{run_id}{suffix}" if run_id else None
-        return asyncio.run(evaluate_checkpoint(job, model, split=split, protocol=protocol, run_id=rid))
+        title = None if quiet else " ".join(["eval", suffix.strip("-"), split] if suffix else ["eval", split])
+        try:
+            return asyncio.run(evaluate_checkpoint(job, model, split=split, protocol=protocol, run_id=rid,
+                                                   progress_title=title))
+        except ValueError as exc:
+            if f"no {split} tasks" not in str(exc):
+                raise
+            _fail(f"{exc} (or evaluate another split: --split val)")
 
     if not compare:
         answer = one(checkpoint)
@@ -99,6 +113,6 @@ def _without_details(answer: Any) -> Any:
     return answer
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.secho(f"error: {message}", fg="red", err=True)
     raise typer.Exit(2)

@@ -9,15 +9,17 @@ import typer
 
 
 def load_job(config: str, overrides: list[str] | None) -> object:
+    """The job of ``config`` with ``overrides``, its dtypes fitted to this machine (``agentr1.trainer.cpu_dtypes``:
+    bfloat16 only where the CPU multiplies it in hardware), as ``train`` and ``eval`` both run it."""
     try:
-        from agentr1.trainer import JobConfig
+        from agentr1.trainer import JobConfig, fit_dtypes_to_cpu
     except ModuleNotFoundError as exc:
         typer.secho(f"error: training needs `pip install 'agentr1[trainer]'` ({exc.name} missing)", fg="red", err=True)
         raise typer.Exit(2) from exc
     from pydantic import ValidationError
 
     try:
-        return JobConfig.from_yaml(config, overrides)
+        return fit_dtypes_to_cpu(JobConfig.from_yaml(config, overrides))
     except (OSError, ValueError, ValidationError) as exc:
         typer.secho(f"error: cannot load {config}: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

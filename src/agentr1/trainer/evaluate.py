@@ -3,9 +3,10 @@ the evaluation protocol, for the training loop's held-out metrics and ``agentr1 
 
 `agentr1 eval` (:func:`evaluate_checkpoint`) serves a checkpoint through an embedded gateway and
 evaluates it under the protocol of ``agentr1.trainer.eval_metrics`` (:func:`run_protocol`: greedy pass@1, and
-mean@K / pass@K / maj@K of K samples a task; the trainer's validation runs the same). With ``split="train"`` and ``n`` samples per task it is also how the
-policy's own rollouts are collected into a store run for rejection sampling / best-of-n SFT
-(``agentr1 sft``)."""
+mean@K / pass@K / maj@K of K samples a task; the trainer's validation runs the same) on the job's test split (the
+split for claims; ``split="val"``: the one settings are chosen on), with its progress on stderr. With
+``split="train"`` and ``n`` samples per task it is also how the policy's own rollouts are collected into a store
+run for rejection sampling / best-of-n SFT (``agentr1 sft``)."""
 
 from __future__ import annotations
 
@@ -21,21 +22,35 @@ from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.agent_session import use_session_threads
 from agentr1.trainer.config import JobConfig, ValidationSampling
 from agentr1.trainer.eval_metrics import TaskResult, final_answer, protocol_metrics
+from agentr1.trainer.eval_progress import EvalProgress, ScoredAsTheyEnd
 from agentr1.trainer.rollout import AgentRunner, collect
 from agentr1.trainer.scoring import Scored, Scorer, answerable, outcome_metrics
-from agentr1.trainer.tasks import load_tasks
+from agentr1.trainer.tasks import SPLITS, load_tasks
 
 __all__ = ["ProtocolRun", "evaluate_checkpoint", "run_and_score", "run_protocol", "task_results"]
 
 
 async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, *, n: int, run_id: str,
                         step: int, max_concurrency: int, switch_interval_s: float | None = None,
-                        sampling: dict[str, Any] | None = None, group_prefix: str | None = None) -> Scored:
+                        sampling: dict[str, Any] | None = None, group_prefix: str | None = None,
+                        progress: EvalProgress | None = None) -> Scored:
     """``n`` samples of the agent per task (a group per task), then the reward stage over them. ``sampling``: the
-    sessions' sampling override (an evaluation's decoding; :meth:`AgentRunner.run`)."""
-    report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=max_concurrency,
-                           switch_interval_s=switch_interval_s, sampling=sampling, group_prefix=group_prefix)
-    sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, {t["id"]: t for t in tasks})
+    sessions' sampling override (an evaluation's decoding; :meth:`AgentRunner.run`). ``progress``: shown as episodes
+    end, each scored as soon as it ends (:class:`ScoredAsTheyEnd`)."""
+    common = dict(n=n, run_id=run_id, step=step, max_concurrency=max_concurrency, switch_interval_s=switch_interval_s,
+                  sampling=sampling, group_prefix=group_prefix)
+    by_id = {t["id"]: t for t in tasks}
+    if progress is None:
+        report = await collect(runner, tasks, **common)  # type: ignore[arg-type]
+        sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, by_id)
+        return Scored(report, sessions, rewards)
+    live = ScoredAsTheyEnd(scorer, by_id, progress)
+    try:
+        report = await collect(runner, tasks, on_done=live.ended, **common)  # type: ignore[arg-type]
+    except BaseException:
+        live.cancel()
+        raise
+    sessions, rewards = await live.finish(report.sessions)
     return Scored(report, sessions, rewards)
 
 
@@ -51,17 +66,22 @@ class ProtocolRun:
 
 async def run_protocol(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, protocol: ValidationSampling,
                        *, run_id: str, step: int, max_concurrency: int, source: str,
-                       switch_interval_s: float | None = None) -> ProtocolRun:
+                       switch_interval_s: float | None = None, progress: EvalProgress | None = None) -> ProtocolRun:
     """The evaluation protocol (``agentr1.trainer.eval_metrics``) on ``tasks``: a greedy pass (temperature 0 on every
     call, one run a task) and ``protocol.n`` runs a task at ``protocol.temperature`` (None: as the agent asks), each
     sample with its own seeds; success is a positive outcome. ``source``: the data source name for tasks without a
-    ``data_source`` of their own."""
-    common = dict(run_id=run_id, step=step, max_concurrency=max_concurrency, switch_interval_s=switch_interval_s)
+    ``data_source`` of their own. ``progress``: both passes' episodes, shown as they end."""
+    common = dict(run_id=run_id, step=step, max_concurrency=max_concurrency, switch_interval_s=switch_interval_s,
+                  progress=progress)
     greedy = sampled = None
     if protocol.greedy:
+        if progress is not None:
+            progress.begin("greedy")
         greedy = await run_and_score(runner, tasks, scorer, n=1, sampling={"temperature": 0.0},
                                      group_prefix=f"{run_id}/step{step}/greedy", **common)  # type: ignore[arg-type]
     if protocol.n:
+        if progress is not None:
+            progress.begin(f"sampled (K={protocol.n})")
         override = {} if protocol.temperature is None else {"temperature": protocol.temperature}
         sampled = await run_and_score(runner, tasks, scorer, n=protocol.n, sampling=override,
                                       group_prefix=f"{run_id}/step{step}/sampled", **common)  # type: ignore[arg-type]
@@ -113,22 +133,26 @@ def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str) -> tu
     return model, settings
 
 
-async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "val",
-                              protocol: ValidationSampling | None = None, run_id: str | None = None
-                              ) -> dict[str, Any]:
+async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "test",
+                              protocol: ValidationSampling | None = None, run_id: str | None = None,
+                              progress_title: str | None = None) -> dict[str, Any]:
     """Serve ``checkpoint`` (default: the job's model) through an embedded gateway and evaluate it on the
-    ``split``'s tasks under ``protocol`` (default: a greedy pass and one sample a task as the agent asks).
-    The answer: the model, the store run, counts and the protocol's metrics (``val-core/<source>/acc/...``),
-    plus ``success``/``reward`` of the sampled runs (``success_greedy`` of the greedy pass) and, under
-    ``tasks_detail``, each task's outcomes (for paired comparisons)."""
+    ``split``'s tasks (``test``: the split for claims; ``val``: the one settings are chosen on; ``train``)
+    under ``protocol`` (default: a greedy pass and one sample a task as the agent asks).
+    The answer: the model, the store run, the split, the engine's dtype, counts and the protocol's metrics
+    (``val-core/<source>/acc/...``, verl's name for held-out metrics, whatever the split), plus ``success``/``reward``
+    of the sampled runs (``success_greedy`` of the greedy pass) and, under ``tasks_detail``, each task's outcomes
+    (for paired comparisons). ``progress_title``: show the progress on stderr under this title (None: silent)."""
     if job.agent is None:
         raise ValueError("evaluation needs `agent` in the config")
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     protocol = protocol or ValidationSampling()
     tasks = load_tasks(job.data, split)
     run_id = run_id or f"{job.run_name}-eval-{int(time.time())}"
     model, settings = _serve_checkpoint(job, checkpoint, run_id)
+    episodes = len(tasks) * (int(protocol.greedy) + protocol.n)
+    progress = None if progress_title is None else EvalProgress(episodes, title=progress_title)
     store = TraceStore.open(job.db)
     rollout = job.actor_rollout_ref.rollout
     use_session_threads(rollout.max_concurrency)
@@ -139,12 +163,15 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
             try:
                 run = await run_protocol(runner, tasks, Scorer.for_job(job, store, run_id), protocol, run_id=run_id,
                                          step=0, max_concurrency=rollout.max_concurrency, source=job.run_name,
-                                         switch_interval_s=rollout.switch_interval_s)
+                                         switch_interval_s=rollout.switch_interval_s, progress=progress)
             finally:
                 runner.close()
     finally:
         store.close()
+        if progress is not None:
+            progress.close()
     answer: dict[str, Any] = {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks),
+                              "engine_dtype": settings.engine_dtype, "device": settings.device,
                               "protocol": protocol.model_dump()}
     if run.sampled is not None:
         answer.update(samples=len(run.sampled.sessions), failed=run.sampled.report.failed,

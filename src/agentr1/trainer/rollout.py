@@ -85,18 +85,17 @@ class AgentRunner:
             self.workers.close()
 
     async def run(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int, step: int,
-                  report: RolloutReport, sampling: dict[str, Any] | None = None) -> None:
-        """One session of the agent on ``task``, counted into ``report``. ``sampling``: how the gateway decodes
-        every call of the session, whatever the agent asks (``agentr1.gateway.sampling_override``: an evaluation's
-        ``{"temperature": 0}``); the ``sample``-th sample of a task gets its own ``seed_offset``, so seeded agents'
-        samples differ."""
+                  report: RolloutReport, sampling: dict[str, Any] | None = None) -> str | None:
+        """One session of the agent on ``task``, counted into ``report``; its id (None: it could not be opened).
+        ``sampling``: how the gateway decodes every call of the session, whatever the agent asks
+        (``agentr1.gateway.sampling_override``: an evaluation's ``{"temperature": 0}``); the ``sample``-th sample of
+        a task gets its own ``seed_offset``, so seeded agents' samples differ."""
         metadata: dict[str, Any] = {"step": step, "sample": sample}
         if sampling is not None:
             metadata["sampling"] = {**sampling, "seed_offset": sample * SAMPLE_SEED_STRIDE}
         if self.config.command is not None:
-            await self._run_command(task, run_id=run_id, group_id=group_id, sample=sample, report=report,
-                                    metadata=metadata)
-            return
+            return await self._run_command(task, run_id=run_id, group_id=group_id, sample=sample, report=report,
+                                           metadata=metadata)
         if self.config.context is not None:  # the gateway applies it to every call of the session
             metadata["context"] = self.config.context
         loop = asyncio.get_running_loop()
@@ -107,7 +106,7 @@ class AgentRunner:
             active = await batches.open(task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata)
         except Exception as exc:
             self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
-            return
+            return None
         report.sessions.append(active.id)
         outcome = await (self.workers.run(task, active) if self.workers is not None else self.play(task, active))
         try:
@@ -119,6 +118,7 @@ class AgentRunner:
             else:
                 log.warning("could not mark session %s failed: %s", active.id, exc)
         self._count(report, ok=outcome.ok, timed_out=outcome.timed_out, error=outcome.summary)
+        return active.id
 
     async def play(self, task: dict[str, Any], active: ActiveSession) -> SessionOutcome:
         """Run the agent on ``task`` in the open session ``active``; how it ended (the session is left open)."""
@@ -136,16 +136,17 @@ class AgentRunner:
         return SessionOutcome("finished", reward=float(result) if number else None)
 
     async def _run_command(self, task: dict[str, Any], *, run_id: str, group_id: str, sample: int,
-                           report: RolloutReport, metadata: dict[str, Any]) -> None:
+                           report: RolloutReport, metadata: dict[str, Any]) -> str | None:
         assert self.config.command is not None
         try:  # run_command opens the session first: an error before the command ran is that
             result = await asyncio.to_thread(run_command, self.config.command, task, timeout_s=self.config.timeout_s,
                                              task_id=task["id"], group_id=group_id, run_id=run_id, metadata=metadata)
         except Exception as exc:
             self._unopened(report, exc, task=task, group_id=group_id, sample=sample)
-            return
+            return None
         report.sessions.append(result.session_id)
         self._count(report, ok=result.ok, timed_out=result.timed_out, error=result.stderr[-300:])
+        return result.session_id
 
     def _unopened(self, report: RolloutReport, exc: Exception, *, task: dict[str, Any], group_id: str,
                   sample: int) -> None:
@@ -172,13 +173,14 @@ def worker_runner(agent_config: dict[str, Any]) -> AgentRunner:
 
 
 async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, run_id: str, step: int,
-                  max_concurrency: int, on_done: Callable[[], None] | None = None,
+                  max_concurrency: int, on_done: Callable[[str | None], None] | None = None,
                   switch_interval_s: float | None = None, sampling: dict[str, Any] | None = None,
                   group_prefix: str | None = None) -> RolloutReport:
     """Run ``n`` samples of every task, at most ``max_concurrency`` at a time. ``switch_interval_s``: this process's
     GIL switch interval while they run (``agentr1.core.gil_switch_interval``; None: Python's). ``sampling``: the
     sessions' sampling override (:meth:`AgentRunner.run`). A task's group is ``<group_prefix>/<task id>``
-    (default prefix ``<run_id>/step<step>``)."""
+    (default prefix ``<run_id>/step<step>``). ``on_done``: called with each session's id (None: never opened) as
+    its run ends."""
     prefix = group_prefix or f"{run_id}/step{step}"
     report = RolloutReport()
     limit = asyncio.Semaphore(max_concurrency)
@@ -186,10 +188,10 @@ async def collect(runner: AgentRunner, tasks: list[dict[str, Any]], *, n: int, r
 
     async def one(task: dict[str, Any], sample: int) -> None:
         async with limit:
-            await runner.run(task, run_id=run_id, group_id=f"{prefix}/{task['id']}", sample=sample,
-                             step=step, report=report, sampling=sampling)
+            session_id = await runner.run(task, run_id=run_id, group_id=f"{prefix}/{task['id']}", sample=sample,
+                                          step=step, report=report, sampling=sampling)
         if on_done is not None:
-            on_done()
+            on_done(session_id)
 
     # a full collection of the trainer's heap would stall the gateway mid-rollout
     with frozen_heap(), gil_switch_interval(switch_interval_s):
