@@ -178,11 +178,15 @@ def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateReques
         top_k=0 if top_k in (-1, TOP_K_ALL) else top_k, stop=stop,
         stop_token_ids=[int(t) for t in sp.get("stop_token_ids") or []], seed=sp.get("sampling_seed"),
         top_logprobs=int(body.get("top_logprobs_num") or 0) if body.get("return_logprob") else 0)
+    start = -1 if body.get("logprob_start_len") is None else int(body["logprob_start_len"])
+    if start not in (-1, 0):
+        raise ValueError(f"fake SGLang: logprob_start_len={start} is not supported (-1: output only, 0: the prompt too)")
     rid = str(body.get("rid") or f"{time.time_ns():x}")
     options = {"rid": rid, "return_logprob": bool(body.get("return_logprob")),
                "skip_special_tokens": sp.get("skip_special_tokens", True) is not False,
                "no_stop_trim": bool(sp.get("no_stop_trim")), "stream": bool(body.get("stream"))}
-    return GenerateRequest(prompt_ids=[int(t) for t in ids], sampling=params, request_id=rid), options
+    return GenerateRequest(prompt_ids=[int(t) for t in ids], sampling=params, request_id=rid,
+                           prompt_logprobs=bool(body.get("return_logprob")) and start == 0), options
 
 
 WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}  # TokenizerManager._handle_abort_req
@@ -201,9 +205,11 @@ def _finish(result: GenerateResult | None, max_new: int, aborted: bool) -> dict[
 
 
 def _body(state: FakeSGLangState, req: GenerateRequest, opts: dict[str, Any], ids: list[int], lps: list[float],
-          tops: list[Any] | None, finish: dict[str, Any] | None, started: float, sent: int) -> dict[str, Any]:
+          tops: list[Any] | None, finish: dict[str, Any] | None, started: float, sent: int,
+          scored: GenerateResult | None = None) -> dict[str, Any]:
     """One answer, or one stream event (``sent``: tokens already streamed, for incremental events), with
-    meta_info's keys in the order the tokenizer manager writes them (module docstring)."""
+    meta_info's keys in the order the tokenizer manager writes them (module docstring); ``scored``: the result
+    whose prompt log-probabilities go in ``input_token_logprobs`` (logprob_start_len 0)."""
     cut = sent if opts["stream"] and state.stream_output else 0
     aborted = finish == WAITING_ABORT
     meta: dict[str, Any] = {"id": opts["rid"], "finish_reason": finish}
@@ -212,11 +218,13 @@ def _body(state: FakeSGLangState, req: GenerateRequest, opts: dict[str, Any], id
     else:
         meta.update(weight_version=state.weight_version, e2e_latency=time.monotonic() - started)
     if opts["return_logprob"]:
-        meta["input_token_logprobs"] = []
+        prompt = scored.prompt_logprobs if scored is not None and scored.prompt_logprobs else []
+        meta["input_token_logprobs"] = [[lp, t, None] for lp, t in zip(prompt, req.prompt_ids, strict=False)]
         meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids, strict=True)][cut:]
         meta["output_token_logprobs_length"] = len(ids)
         if req.sampling.top_logprobs:
-            meta["input_top_logprobs"] = []
+            meta["input_top_logprobs"] = [[[x.logprob, x.token_id, None] for x in top] if i else None
+                                          for i, top in enumerate(scored.prompt_top_logprobs or [])] if prompt else []
             meta["output_top_logprobs"] = [[[x.logprob, x.token_id, None] for x in top] for top in tops or []][cut:]
     if aborted:
         meta["completion_tokens"] = len(ids)
@@ -288,7 +296,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         ids, lps = ([], []) if aborted else (result.output_ids, result.logprobs)
         tops = None if aborted else result.top_logprobs
         finish = _finish(result, req.sampling.max_new_tokens, aborted)
-        return JSONResponse(_body(state, req, opts, ids, lps, tops, finish, started, 0))
+        return JSONResponse(_body(state, req, opts, ids, lps, tops, finish, started, 0, result))
 
     async def _events(body: dict[str, Any]) -> Any:
         def event(payload: dict[str, Any]) -> bytes:
@@ -307,18 +315,20 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         lps: list[float] = []
         tops: list[Any] = []
         sent = 0
+        whole: GenerateResult | None = None
         try:
-            if req.sampling.top_logprobs:  # top logprobs come with the result: replay it token by token
+            if req.sampling.top_logprobs or req.prompt_logprobs:  # they come with the result: replay it
                 whole = await state.engine.generate(req)
                 deltas: Any = [([t], [lp], [top], None) for t, lp, top
-                               in zip(whole.output_ids, whole.logprobs, whole.top_logprobs or [], strict=True)]
+                               in zip(whole.output_ids, whole.logprobs,
+                                      whole.top_logprobs or [[]] * len(whole.output_ids), strict=True)]
                 deltas[-1] = (*deltas[-1][:3], whole)
             else:
                 deltas = state.engine.stream(req)
             async for token_ids, logprobs, new_tops, result in _as_async(deltas):
                 ids, lps, tops = ids + token_ids, lps + logprobs, tops + new_tops
                 finish = _finish(result, req.sampling.max_new_tokens, rid in state.aborted)
-                yield event(_body(state, req, opts, ids, lps, tops, finish, started, sent))
+                yield event(_body(state, req, opts, ids, lps, tops, finish, started, sent, whole))
                 sent = len(ids)
                 if finish is not None:
                     break

@@ -98,6 +98,7 @@ class CompletionRequest(BaseModel):
     skip_special_tokens: bool = True
     return_tokens_as_token_ids: bool | None = None
     return_token_ids: bool | None = None
+    prompt_logprobs: int | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -222,7 +223,8 @@ def _to_request(body: CompletionRequest, state: FakeVLLMState) -> GenerateReques
                                max_new_tokens=max_tokens, temperature=0.0 if temperature < 1e-5 else temperature,
                                top_p=1.0 if body.top_p is None else body.top_p, top_k=max(0, body.top_k or 0),
                                stop=stop, stop_token_ids=list(body.stop_token_ids or []), seed=body.seed,
-                               top_logprobs=body.logprobs or 0))
+                               top_logprobs=body.logprobs or 0),
+                           prompt_logprobs=body.prompt_logprobs is not None)
 
 
 def _stop_reason(result: GenerateResult, req: GenerateRequest) -> int | str | None:
@@ -254,6 +256,21 @@ def _logprobs(state: FakeVLLMState, body: CompletionRequest, ids: list[int], lps
         position += len(state.decoder.decode([token], skip_special_tokens=body.skip_special_tokens))
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": [name(t) for t in ids],
             "top_logprobs": top_dicts}
+
+
+def _prompt_logprobs(req: GenerateRequest, result: GenerateResult, k: int) -> list[dict[str, Any] | None] | None:
+    """vLLM's ``prompt_logprobs`` of a choice: null, then per token {"<id>": {logprob, rank, decoded_token}} with
+    the prompt's token and the alternatives of rank 1..k (the fake ranks a prompt token outside them k + 1)."""
+    if result.prompt_logprobs is None:
+        return None
+    out: list[dict[str, Any] | None] = [None]
+    for token, lp, alts in zip(req.prompt_ids[1:], result.prompt_logprobs[1:], (result.prompt_top_logprobs or [])[1:],
+                               strict=True):
+        entry = {str(a.token_id): {"logprob": a.logprob, "rank": r, "decoded_token": f"token_id:{a.token_id}"}
+                 for r, a in enumerate(alts[:k], start=1)}
+        entry.setdefault(str(token), {"logprob": lp, "rank": k + 1, "decoded_token": f"token_id:{token}"})
+        out.append(entry)
+    return out
 
 
 def _text(state: FakeVLLMState, body: CompletionRequest, ids: list[int], stop_reason: Any) -> str:
@@ -333,7 +350,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         choice = {"index": 0, "text": _text(state, body, result.output_ids, reason),
                   "logprobs": _logprobs(state, body, result.output_ids, result.logprobs, result.top_logprobs, 0),
                   "finish_reason": result.finish_reason, "stop_reason": reason,
-                  "token_ids": result.output_ids if body.return_token_ids else None, "prompt_logprobs": None,
+                  "token_ids": result.output_ids if body.return_token_ids else None, "prompt_logprobs": _prompt_logprobs(req, result, body.prompt_logprobs or 0),
                   "prompt_token_ids": req.prompt_ids if body.return_token_ids else None, "routed_experts": None}
         usage = {"prompt_tokens": len(req.prompt_ids), "total_tokens": len(req.prompt_ids) + len(result.output_ids),
                  "completion_tokens": len(result.output_ids), "prompt_tokens_details": None}

@@ -12,6 +12,7 @@ import openai
 import pytest
 from backend_helpers import request, run, served
 
+from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.gateway.app import create_app
 from agentr1.gateway.backends.sglang import SGLangBackend
 from agentr1.gateway.backends.vllm import VLLMBackend
@@ -80,3 +81,33 @@ def test_settings_alone_select_the_remote_backend(engine, tiny_model_path, tmp_p
         assert [st.backend for st in store.get_session(session.id).steps] == ["vllm"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_echo_with_logprobs_scores_the_prompt_on_the_remote_server(kind, engine, tiny_model_path, tmp_path):
+    """SGLang asked with logprob_start_len 0, vLLM with prompt_logprobs (issue 59): the echoed prompt's values and
+    alternatives are the engine's, whole and streamed (vLLM streams none: the call is answered in one piece)."""
+    fake, backend_class = KINDS[kind]
+    remote = fake.create_app(engine, model_path=tiny_model_path, served_model_name="policy")
+    prompt = "Once upon a time there was"
+    with served(remote) as url:
+        backend = backend_class([url], tokenizer=str(tiny_model_path))
+        with BackgroundServer(create_app(GatewaySettings(db=str(tmp_path / "e.db")), backend=backend)) as gateway:
+            client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="x")
+            kwargs = {"model": "policy", "prompt": prompt, "max_tokens": 3, "temperature": 0, "echo": True,
+                      "logprobs": 2}
+            whole = client.completions.create(**kwargs).choices[0].logprobs
+            chunks = list(client.completions.create(**kwargs, stream=True))
+        sent = remote.state.fake.requests[0]
+    tok = engine.engine.tokenizer
+    ids = tok.encode(prompt, add_special_tokens=False)
+    local = run(engine.generate(GenerateRequest(ids, SamplingParams(max_new_tokens=3, temperature=0.0, top_logprobs=2),
+                                                prompt_logprobs=True)))
+    n = len(ids)
+    assert sent.get("logprob_start_len", sent.get("prompt_logprobs")) == (0 if kind == "sglang" else 2)
+    assert whole.token_logprobs[0] is None and whole.top_logprobs[0] is None
+    assert whole.token_logprobs[1:n] == pytest.approx(local.prompt_logprobs[1:], abs=1e-5)
+    alternatives = [sorted(top, key=top.get, reverse=True) for top in whole.top_logprobs[1:n]]
+    assert alternatives == [[tok.decode([a.token_id]) for a in top] for top in local.prompt_top_logprobs[1:]]
+    echo = chunks[0].choices[0]
+    assert echo.text == prompt and echo.logprobs.token_logprobs == pytest.approx(whole.token_logprobs[:n], abs=1e-6)

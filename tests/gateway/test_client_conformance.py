@@ -48,7 +48,8 @@ def test_streamed_completions_carry_top_logprobs_echo_and_continuous_offsets(cli
                                             logprobs=2, stream=True))
     first = chunks[0].choices[0]
     assert first.text == prompt and first.logprobs is not None and first.logprobs.tokens  # the echo has logprobs
-    assert first.logprobs.token_logprobs == [None] * len(first.logprobs.tokens)  # the prompt is not scored
+    echoed = first.logprobs.token_logprobs  # the prompt is scored, its first token has nothing before it (issue 59)
+    assert echoed[0] is None and len(echoed) > 1 and all(isinstance(v, float) for v in echoed[1:])
     tokens, offsets, tops = [], [], []
     for chunk in chunks:
         lp = chunk.choices[0].logprobs if chunk.choices else None

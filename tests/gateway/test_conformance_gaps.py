@@ -118,3 +118,40 @@ def test_a_call_the_model_began_itself_and_max_tokens_cut_is_a_tool_call_after_i
     assert [tuple(c) for c in calls.values()] == [("calculator", '{"expression": "12*7 + 1')]
     offered_none = scripted.chat.completions.create(**{**kwargs, "tools": None}).choices[0].message
     assert offered_none.content == CUT_REPLY and not offered_none.tool_calls  # no tools: the markup is text
+
+
+def _plain_prompt_logprobs(model_path, prompt_ids: list[int]) -> list[float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([prompt_ids])).logits[0].float(), dim=-1)
+    return [float(logp[i - 1, t]) for i, t in enumerate(prompt_ids) if i > 0]
+
+
+def test_echo_with_logprobs_scores_the_prompts_tokens_whole_and_streamed(client, tiny_model_path):
+    prompt = "The capital of France is"
+    ids = load_renderer(tiny_model_path).tokenizer.encode(prompt, add_special_tokens=False)
+    whole = client.completions.create(model="policy", prompt=prompt, max_tokens=4, echo=True, logprobs=2, seed=1)
+    lp = whole.choices[0].logprobs
+    echoed = lp.token_logprobs[: len(ids)]
+    assert echoed[0] is None and lp.top_logprobs[0] is None  # as at OpenAI: nothing comes before the first token
+    assert echoed[1:] == pytest.approx(_plain_prompt_logprobs(tiny_model_path, ids), abs=1e-4)  # was: all null
+    assert all(len(top) == 2 for top in lp.top_logprobs[1:])
+    assert whole.choices[0].text.startswith(prompt) and lp.text_offset[: 2] == [0, len(lp.tokens[0])]
+    chunks = list(client.completions.create(model="policy", prompt=prompt, max_tokens=4, echo=True, logprobs=2,
+                                            seed=1, stream=True))
+    first = chunks[0].choices[0]  # the echo comes first, scored
+    assert first.text == prompt and first.logprobs.token_logprobs == pytest.approx(echoed, abs=1e-6)
+    assert first.logprobs.top_logprobs[0] is None and first.logprobs.top_logprobs[1:] == lp.top_logprobs[1: len(ids)]
+    without = client.completions.create(model="policy", prompt=prompt, max_tokens=4, echo=True, seed=1)
+    assert without.choices[0].logprobs is None and without.choices[0].text.startswith(prompt)
+
+
+def test_a_backend_that_cannot_score_prompts_answers_echo_with_logprobs_with_a_400(scripted):
+    with pytest.raises(openai.BadRequestError) as refused:
+        scripted.completions.create(model="policy", prompt="hi", max_tokens=4, echo=True, logprobs=1)
+    error = refused.value.body
+    assert error["param"] == "echo" and error["code"] == "unsupported_parameter" and "instant" in error["message"]
+    assert scripted.completions.create(model="policy", prompt="hi", max_tokens=4, echo=True).choices[0].text

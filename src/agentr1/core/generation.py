@@ -99,6 +99,9 @@ class GenerateRequest:
     # Constrained decoding (response_format, forced tool calls); None = free sampling. Backends that take it
     # set ``accepts_grammar = True``; the gateway does not send it to the others.
     grammar: GrammarSpec | None = None
+    # Also score the prompt's own tokens (OpenAI ``echo`` with ``logprobs``): ``GenerateResult.prompt_logprobs``. Only
+    # backends with ``accepts_prompt_logprobs = True`` take it; the gateway refuses such calls (400) for the others.
+    prompt_logprobs: bool = False
 
 
 @dataclass(slots=True)
@@ -124,17 +127,25 @@ class GenerateResult:
     matched_stop: str | int | None = None  # the stop string or token id that ended generation
     top_logprobs: list[list[TokenLogprob]] | None = None
     cached_tokens: int = 0  # prompt tokens served from a reused prefix (prefix cache) instead of prefilled
+    # With ``GenerateRequest.prompt_logprobs``: each prompt token's log-probability given the tokens before it (None
+    # for the first), as ``logprobs`` are computed, and its ``top_logprobs`` alternatives ([] for the first).
+    prompt_logprobs: list[float | None] | None = None
+    prompt_top_logprobs: list[list[TokenLogprob]] | None = None
 
 
 @dataclass(slots=True)
 class StreamDelta:
     """Tokens sampled since the previous delta; the last delta carries ``result``. ``top_logprobs``: each token's
-    alternatives, when the request asked for them (``SamplingParams.top_logprobs``)."""
+    alternatives, when the request asked for them (``SamplingParams.top_logprobs``); ``prompt_logprobs``: the
+    prompt's, when the request asked for them (``GenerateRequest.prompt_logprobs``: backends send them before the
+    first token where they can)."""
 
     token_ids: list[int]
     logprobs: list[float]
     result: GenerateResult | None = None
     top_logprobs: list[list[TokenLogprob]] | None = None
+    prompt_logprobs: list[float | None] | None = None
+    prompt_top_logprobs: list[list[TokenLogprob]] | None = None
 
 
 class ContextLengthExceeded(ValueError):

@@ -64,6 +64,7 @@ from .prefill_plan import (
     shared_columns,
 )
 from .prefix import Segment
+from .prompt_logprobs import prompt_logprobs
 from .rows import EngineStats, Row
 from .sampling import HostCopy, Sampled, SamplingBatch, row_key, sample_batch, to_device, to_host
 from .slot_cache import SlotCache, attention_kernels
@@ -167,6 +168,9 @@ class BatchEngine:
                 self.slot_table.claim(row)
                 if row.multimodal is not None:  # images: the prompt is fed as embeddings with their features
                     row.embeds = prompt_embeds(self.model, row.prompt_ids, row.multimodal, self.image_id)
+                if row.prompt_logprobs:  # echo with logprobs: one forward of its own over the whole prompt
+                    row.prompt_scores = prompt_logprobs(self.model, row.prompt_ids, row.sampling)
+                    row.sink.prompt(*row.prompt_scores)
             self._run_prefill(rows)
             for row in rows:
                 row.embeds = None
@@ -507,6 +511,8 @@ class BatchEngine:
             matched_stop=row.matched_stop,
             top_logprobs=row.top_logprobs,
             cached_tokens=row.cached,
+            prompt_logprobs=row.prompt_scores[0] if row.prompt_scores else None,
+            prompt_top_logprobs=row.prompt_scores[1] if row.prompt_scores else None,
         )
         new_ids, new_lps = row.output_ids[row.streamed :], row.logprobs[row.streamed :]
         row.streamed = len(row.output_ids)

@@ -43,6 +43,10 @@ class _Sink:
         if self.streaming:
             self.peer.send(("delta", self.rid, list(token_ids), list(logprobs), tops))
 
+    def prompt(self, logprobs: list[float | None], tops: list[Any]) -> None:
+        if self.streaming:
+            self.peer.send(("prompt", self.rid, list(logprobs), list(tops)))
+
     def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
         self.peer.rows.pop(self.rid, None)
         self.peer.send(("result", self.rid, result, list(token_ids), list(logprobs), self.peer.counters()))
@@ -82,7 +86,8 @@ class _Peer:
                 sink.error(exc)
                 continue
             self.rows[rid] = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
-                                 multimodal=request.multimodal, grammar=grammar)
+                                 multimodal=request.multimodal, grammar=grammar,
+                                 prompt_logprobs=request.prompt_logprobs)
             admitted.append(self.rows[rid])
         try:
             if admitted:

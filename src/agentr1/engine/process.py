@@ -101,7 +101,8 @@ class EngineLink:
             row.slot = next(self._ids)  # the parent's rows have no cache slot: the id names it in messages
             self.rows[row.slot] = row
             batch.append((row.slot, GenerateRequest(row.prompt_ids, row.sampling, request_id=row.request_id,
-                                                    multimodal=row.multimodal, grammar=row.grammar),
+                                                    multimodal=row.multimodal, grammar=row.grammar,
+                                                    prompt_logprobs=row.prompt_logprobs),
                           getattr(row.sink, "queue", None) is not None))
         try:
             self._send(("submit", batch))
@@ -130,6 +131,10 @@ class EngineLink:
                 row = self.rows.get(message[1])
                 if row is not None:
                     row.sink.delta(message[2], message[3], message[4])
+            elif kind == "prompt":
+                row = self.rows.get(message[1])
+                if row is not None:
+                    row.sink.prompt(message[2], message[3])
             elif kind in ("result", "error"):
                 self.stats.__dict__.update(message[-1])
                 row = self.rows.pop(message[1], None)

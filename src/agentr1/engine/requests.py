@@ -31,6 +31,8 @@ def check_request(request: GenerateRequest, *, vocab_size: int, max_context: int
         raise ValueError("top_k must be >= 0 (0 = disabled)")
     if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
         raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]")
+    if request.prompt_logprobs and request.multimodal is not None:
+        raise ValueError("the prompt's log-probabilities are computed for text prompts only")
     if request.multimodal is not None and image_token_id is None:
         raise ValueError(f"{model_name} is a text model: it takes no images")
     if request.multimodal is None and image_token_id is not None and image_token_id in ids:

@@ -15,6 +15,10 @@ class Sink(Protocol):
 
     def delta(self, token_ids: list[int], logprobs: list[float], tops: list[Any] | None = None) -> None: ...
 
+    def prompt(self, logprobs: list[float | None], tops: list[list[TokenLogprob]]) -> None:
+        """The prompt's own log-probabilities (a row with ``prompt_logprobs``), before its first token."""
+        ...
+
     def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None: ...
 
     def error(self, exc: BaseException) -> None: ...
@@ -43,6 +47,8 @@ class Row:
     embeds: Any = None  # while prefilling a prompt with images: its input embeddings (see images.py)
     grammar: Any = None  # constrained decoding: its grammar.RowGrammar (GenerateRequest.grammar), else None
     queued_at: float = 0.0  # time.perf_counter() when it was queued (the admission policy, engine.py)
+    prompt_logprobs: bool = False  # also score the prompt's own tokens (GenerateRequest.prompt_logprobs)
+    prompt_scores: tuple[list[float | None], list[list[TokenLogprob]]] | None = None  # ... once scored
 
     def __post_init__(self) -> None:
         if self.sampling.top_logprobs > 0:

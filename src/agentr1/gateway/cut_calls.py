@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from agentr1.core.rendering import ParsedAction
-from agentr1.core.rendering.base import new_call_id
 
 __all__ = ["CutCall", "answer_cut_call", "cut_call"]
 
@@ -36,16 +36,15 @@ class CutCall:
     arguments: str
 
 
-def answer_cut_call(parsed: ParsedAction, *, prefill: str, tools: list[dict[str, Any]], tool_choice: Any,
-                    id_seed: str | None) -> None:
+def answer_cut_call(parsed: ParsedAction, *, prefill: str, tools: list[dict[str, Any]], tool_choice: Any) -> None:
     """Turn the call an unfinished ``parsed`` turn was cut in into a tool call of ``parsed`` (its markup out of the
-    content); nothing when the turn did not end in a call."""
+    content, a new ``call_<24 hex>`` id); nothing when the turn did not end in a call."""
     cut = None if parsed.finished else cut_call(parsed, prefill=prefill, tools=tools, tool_choice=tool_choice)
     if cut is None:
         return
     parsed.content = cut.content
     if cut.name is not None:
-        parsed.tool_calls.append({"id": new_call_id(id_seed, len(parsed.tool_calls)), "type": "function",
+        parsed.tool_calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                                   "function": {"name": cut.name, "arguments": cut.arguments}})
 
 

@@ -44,7 +44,7 @@ from agentr1.gateway.planning import plan_for_session
 from agentr1.gateway.releaser import CHAT_MARKERS, TextReleaser
 from agentr1.gateway.sessions import PARENT_SESSION_HEADER, SessionState, explicit_session
 from agentr1.gateway.tracing import step_span
-from agentr1.gateway.wire import CallInput, CallOutcome, Choice, Events, TextDelta, WireFormat
+from agentr1.gateway.wire import CallInput, CallOutcome, Choice, Events, PromptLogprobs, TextDelta, WireFormat
 
 __all__ = ["ModelCall", "check_context"]
 
@@ -193,7 +193,8 @@ class ModelCall:
                 self.jobs.append(_Job(p, GenerateRequest(prompt_ids=list(ids), sampling=sampling,
                                                          request_id=f"{self.request_id}-{choice}",
                                                          session_id=self.state.id, multimodal=self.multimodal,
-                                                         grammar=grammar)))
+                                                         grammar=grammar,
+                                                         prompt_logprobs=self.spec.prompt_logprobs)))
 
     # -- generate, whole or streamed ----------------------------------------------------------
 
@@ -233,6 +234,8 @@ class ModelCall:
                 if isinstance(item, BaseException):
                     raise item
                 k, delta = item
+                if delta.prompt_logprobs is not None:  # scored before the choice's first token
+                    yield PromptLogprobs(k, delta.prompt_logprobs, delta.prompt_top_logprobs or [])
                 if delta.result is not None:
                     results[k] = delta.result
                     ids[k] = list(delta.result.output_ids)
@@ -299,8 +302,7 @@ class ModelCall:
         parsed = renderer.parse(result.output_ids, prefill=prefill, id_seed=f"{self.request_id}-{index}",
                                 tools=self.tools)
         if self.tools and result.finish_reason == "length":  # a call cut by max_tokens is a call, as at OpenAI
-            answer_cut_call(parsed, prefill=prefill, tools=self.tools, tool_choice=self.spec.tool_choice,
-                            id_seed=f"{self.request_id}-{index}")
+            answer_cut_call(parsed, prefill=prefill, tools=self.tools, tool_choice=self.spec.tool_choice)
         content = parsed.content
         if parsed.tool_calls and not self.tools:  # no tools offered: tool-call markup is plain text, as at OpenAI
             close = renderer.close_turn(result.output_ids)

@@ -19,7 +19,7 @@ from agentr1.core.rendering import PromptPlan
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.sessions import SessionState
 
-__all__ = ["CallInput", "CallOutcome", "CallView", "Choice", "Events", "TextDelta", "WireFormat"]
+__all__ = ["CallInput", "CallOutcome", "CallView", "Choice", "Events", "PromptLogprobs", "TextDelta", "WireFormat"]
 
 Message = dict[str, Any]
 Body = TypeVar("Body", contravariant=True)
@@ -41,6 +41,7 @@ class CallInput:
     tool_choice: Any = None
     parallel_tool_calls: bool = False  # a forced call may be followed by more (the client asked for it)
     grammar: GrammarSpec | None = None  # constrained decoding asked by the format (response_format, text.format)
+    prompt_logprobs: bool = False  # score the prompt's own tokens (echo with logprobs; GenerateRequest's)
     messages_sent: Any = None  # the request as the agent sent it, in its own format (default: ``messages``)
     session_hint: str | None = None  # the session of the conversation it continues, if the call names none
     extra: dict[str, Any] = field(default_factory=dict)  # format-specific state the encoder needs back
@@ -70,6 +71,15 @@ class TextDelta:
 
 
 @dataclass
+class PromptLogprobs:
+    """The prompt's own log-probabilities of one choice (a call with ``prompt_logprobs``), before its text."""
+
+    choice: int
+    logprobs: list[float | None]
+    top_logprobs: list[Any]
+
+
+@dataclass
 class CallOutcome:
     choices: list[Choice]
     steps: list[int]
@@ -79,7 +89,8 @@ class CallOutcome:
     model: str
 
 
-Events = AsyncIterator[TextDelta | CallOutcome]  # a streamed call: text deltas, then the recorded outcome
+# a streamed call: text deltas (and, asked for, each choice's prompt log-probabilities first), then the recorded outcome
+Events = AsyncIterator[TextDelta | PromptLogprobs | CallOutcome]
 
 
 class CallView(Protocol):

@@ -79,11 +79,38 @@ class TokenOutput:
     """The tokens of one generation as a server sends them, gathered from a whole answer or from
     stream events; each protocol's subclass parses its own ``add(body)``."""
 
-    def __init__(self, top_n: int) -> None:
+    def __init__(self, top_n: int, scored_prompt: list[int] | None = None) -> None:
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.top: list[list[TokenLogprob]] = []
         self.top_n = top_n
+        # the prompt's log-probabilities and alternatives (GenerateRequest.prompt_logprobs), once the server sent them
+        self.scored_prompt = scored_prompt  # the prompt's ids when they were asked for
+        self.prompt: tuple[list[float | None], list[list[TokenLogprob]]] | None = None
+        self.prompt_sent = False  # streamed: the delta with them went out
+
+    def take_prompt(self, ids: list[int], values: list[float | None], tops: list[list[TokenLogprob]],
+                    server: str) -> None:
+        """The prompt's scores as a server sent them, checked against the prompt (the first token has none)."""
+        if ids != self.scored_prompt:
+            raise BackendError(f"{server} scored other tokens than the prompt's")
+        tops = [*tops[: len(ids)], *([[]] * (len(ids) - len(tops)))]
+        self.prompt = ([None, *values[1:]], [[], *tops[1:]])
+
+    def prompt_fields(self, server: str) -> dict[str, Any]:
+        """``GenerateResult``'s prompt fields (none when not asked for; a server that sent none fails)."""
+        if self.scored_prompt is None:
+            return {}
+        if self.prompt is None:
+            raise BackendError(f"{server} answered without the prompt's log-probabilities")
+        return {"prompt_logprobs": self.prompt[0], "prompt_top_logprobs": self.prompt[1]}
+
+    def prompt_delta(self) -> StreamDelta | None:
+        """A stream's delta with the prompt's log-probabilities, once, when they have arrived."""
+        if self.prompt is None or self.prompt_sent:
+            return None
+        self.prompt_sent = True
+        return StreamDelta([], [], prompt_logprobs=self.prompt[0], prompt_top_logprobs=self.prompt[1])
 
     def newest_top(self, n: int) -> list[list[TokenLogprob]] | None:
         """The alternatives of the ``n`` newest tokens (None when none were asked for)."""

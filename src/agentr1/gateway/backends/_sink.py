@@ -30,6 +30,11 @@ class Sink:
             self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs),
                                                           top_logprobs=None if tops is None else list(tops)))
 
+    def prompt(self, logprobs: list[float | None], tops: list[Any]) -> None:
+        if self.queue is not None:  # a plain call gets them with its result
+            self._call(self.queue.put_nowait, StreamDelta([], [], prompt_logprobs=list(logprobs),
+                                                          prompt_top_logprobs=list(tops)))
+
     def result(self, result: GenerateResult, token_ids: list[int], logprobs: list[float]) -> None:
         if self.queue is not None:
             self._call(self.queue.put_nowait, StreamDelta(list(token_ids), list(logprobs), result=result))

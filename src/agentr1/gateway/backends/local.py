@@ -44,6 +44,7 @@ class LocalBackend:
     name = "local"
     trainable = True
     accepts_grammar = True  # GenerateRequest.grammar: constrained decoding (agentr1.engine's grammar masks, xgrammar)
+    accepts_prompt_logprobs = True  # GenerateRequest.prompt_logprobs: a forward over the prompt (engine/prompt_logprobs)
 
     def __init__(
         self,
@@ -149,7 +150,7 @@ class LocalBackend:
         self.validate(request)
         sink = Sink(asyncio.get_running_loop(), streaming)
         row = Row(list(request.prompt_ids), request.sampling, sink, request_id=request.request_id,
-                  multimodal=request.multimodal, grammar=grammar)
+                  multimodal=request.multimodal, grammar=grammar, prompt_logprobs=request.prompt_logprobs)
         return self.engine.enqueue(row), sink
 
     # -- pause, resume, weights -----------------------------------------------------------

@@ -6,7 +6,9 @@ http_server.py``, ``managers/io_struct.py``, ``managers/tokenizer_manager.py``,
 ``sampling/sampling_params.py``, ``managers/schedule_batch.py``, ``layers/sampler.py``):
 
 - ``POST /generate`` {input_ids, sampling_params, return_logprob, logprob_start_len (-1: output
-  only), top_logprobs_num, rid, stream} answers {text?, output_ids, meta_info}. Sampling keys sent:
+  only; 0, for ``GenerateRequest.prompt_logprobs``: the prompt's too, ``meta_info.input_token_logprobs``
+  [[null, id, text], [logprob, id, text], ...] and ``input_top_logprobs`` [null, [[logprob, id, text], ...],
+  ...]), top_logprobs_num, rid, stream} answers {text?, output_ids, meta_info}. Sampling keys sent:
   max_new_tokens (always: SGLang's default is 128), temperature (below 1e-5 sent as 0, which SGLang
   decodes greedily as top_k=1), top_p, top_k (-1 = off), min_p, repetition/frequency/presence
   penalties at their neutral values (so ``--preferred-sampling-params`` or the model's generation
@@ -88,6 +90,11 @@ sglang_constraint = GrammarFields(json_object={"json_schema": '{"type": "object"
                                   json_schema=lambda schema: {"json_schema": schema}, ebnf="ebnf")
 
 
+def _alternatives(top: list[Any] | None, n: int) -> list[TokenLogprob]:
+    """SGLang's ``[[logprob, token id, text], ...]`` of one position (null: none), the first ``n``."""
+    return [TokenLogprob(int(t[1]), float(t[0])) for t in (top or [])[:n]]
+
+
 class _Output(TokenOutput):
     """The tokens of one generation, gathered from a whole answer or from stream events."""
 
@@ -105,7 +112,12 @@ class _Output(TokenOutput):
         new_lps = [float(e[0]) for e in new_entries]
         if self.top_n:
             tops = _new(meta.get("output_top_logprobs") or [], total, len(self.top), "output_top_logprobs")
-            self.top += [[TokenLogprob(int(t[1]), float(t[0])) for t in (top or [])[: self.top_n]] for top in tops]
+            self.top += [_alternatives(top, self.top_n) for top in tops]
+        if self.scored_prompt is not None and self.prompt is None and meta.get("input_token_logprobs"):
+            prompt = meta["input_token_logprobs"]  # logprob_start_len 0: [[logprob | null, id, text], ...]
+            tops = [_alternatives(top, self.top_n) for top in meta.get("input_top_logprobs") or []]
+            self.take_prompt([int(e[1]) for e in prompt], [None if e[0] is None else float(e[0]) for e in prompt],
+                             tops, "SGLang")
         self.ids += new_ids
         self.logprobs += new_lps
         return new_ids, new_lps
@@ -124,6 +136,7 @@ class SGLangBackend(RemoteBase):
 
     name = "sglang"
     accepts_grammar = True  # GenerateRequest.grammar -> sampling_params json_schema / regex / ebnf (sglang_constraint)
+    accepts_prompt_logprobs = True  # GenerateRequest.prompt_logprobs -> logprob_start_len 0 (input_token_logprobs)
 
     def __init__(self, urls: list[str] | str, *, model_name: str | None = None, max_context: int | None = None,
                  tokenizer: Any = None, timeout: float = 600.0, retries: int = 3,
@@ -176,8 +189,8 @@ class SGLangBackend(RemoteBase):
         sampling.update(self.extra_sampling)
         rid = request.request_id or f"agentr1-{uuid.uuid4().hex}"
         body: dict[str, Any] = {"input_ids": list(request.prompt_ids), "sampling_params": sampling,
-                                "return_logprob": True, "logprob_start_len": -1, "stream": stream,
-                                "rid": rid if attempt == 0 else f"{rid}-retry{attempt}"}
+                                "return_logprob": True, "logprob_start_len": 0 if request.prompt_logprobs else -1,
+                                "stream": stream, "rid": rid if attempt == 0 else f"{rid}-retry{attempt}"}
         if p.top_logprobs:
             body["top_logprobs_num"] = p.top_logprobs
         return body
@@ -186,18 +199,20 @@ class SGLangBackend(RemoteBase):
         r = await self._post(server, "/generate", self.payload(request, stream=False, attempt=attempt))
         check(r, f"SGLang {server.url}")
         body = json_body(r)
-        out = _Output(request.sampling.top_logprobs)
+        out = _Output(request.sampling.top_logprobs, request.prompt_ids if request.prompt_logprobs else None)
         out.add(body)
         return self._result(out, body.get("meta_info") or {}, request)
 
     async def _stream_once(self, server: Server, attempt: int, *,
                            request: GenerateRequest) -> AsyncGenerator[StreamDelta, None]:
-        out = _Output(request.sampling.top_logprobs)
+        out = _Output(request.sampling.top_logprobs, request.prompt_ids if request.prompt_logprobs else None)
         body = self.payload(request, stream=True, attempt=attempt)
         try:
             async for event in stream_events(self.client, server.url + "/generate", body, f"SGLang {server.url}",
                                              error_status=lambda error: 400):
                 new_ids, new_lps = out.add(event)
+                if (scores := out.prompt_delta()) is not None:  # before the first tokens
+                    yield scores
                 meta = event.get("meta_info") or {}
                 if meta.get("finish_reason") is not None:
                     yield StreamDelta(new_ids, new_lps, result=self._result(out, meta, request))
@@ -223,6 +238,7 @@ class SGLangBackend(RemoteBase):
             policy_version=self._version_of(meta.get("weight_version")),
             matched_stop=matched if isinstance(matched, int | str) and not isinstance(matched, bool) else None,
             top_logprobs=out.top if request.sampling.top_logprobs else None,
+            **out.prompt_fields("SGLang"),
         )
 
     # -- weights, pause, resume -----------------------------------------------------------

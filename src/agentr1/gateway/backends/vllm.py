@@ -11,7 +11,10 @@ later ``openai/completion/protocol.py``; ``entrypoints/openai/api_server.py``, l
   generator), stop, stop_token_ids, logprobs: k (0 = the sampled token's only),
   return_tokens_as_token_ids (tokens as ``"token_id:<id>"``), return_token_ids (``token_ids`` and
   ``prompt_token_ids`` in each choice; vLLM >= 0.10.2; older servers ignore unknown fields and the
-  ids are read from the ``"token_id:<id>"`` tokens), request_id}.
+  ids are read from the ``"token_id:<id>"`` tokens), request_id, prompt_logprobs: k (for
+  ``GenerateRequest.prompt_logprobs``: each choice's ``prompt_logprobs`` [null, {"<id>": {logprob, rank,
+  decoded_token}}, ...] holds the prompt's token and the alternatives of rank 1..k; a stream carries none, so such
+  a request is answered whole)}.
 - A choice: {text, logprobs {tokens, token_logprobs, top_logprobs [{token: logprob}], text_offset},
   finish_reason (stop | length | abort), stop_reason (the stop token id or stop string; null for
   the end-of-sequence token), token_ids}; ``usage``. Output token ids include the final
@@ -90,9 +93,29 @@ class _Output(TokenOutput):
             for top in (lp.get("top_logprobs") or [])[: len(ids)]:
                 ranked = sorted((top or {}).items(), key=lambda kv: -kv[1])[: self.top_n]
                 self.top.append([TokenLogprob(_token_id(k), float(v)) for k, v in ranked])
+        if self.scored_prompt is not None and self.prompt is None and choice.get("prompt_logprobs"):
+            self._take_prompt(choice["prompt_logprobs"])
         self.ids += ids
         self.logprobs += values
         return ids, values
+
+    def _take_prompt(self, entries: list[dict[str, Any] | None]) -> None:
+        """vLLM's ``prompt_logprobs``: per position null (the first) or {"<id>": {logprob, rank, decoded_token}}
+        holding the prompt's token and the ``rank`` 1..k alternatives."""
+        assert self.scored_prompt is not None
+        if len(entries) != len(self.scored_prompt):
+            raise BackendError(f"vLLM scored {len(entries)} prompt tokens for a prompt of {len(self.scored_prompt)}")
+        values: list[float | None] = [None]
+        tops: list[list[TokenLogprob]] = [[]]
+        for token, entry in zip(self.scored_prompt[1:], entries[1:], strict=True):
+            own = (entry or {}).get(str(token))
+            if own is None:
+                raise BackendError("vLLM's prompt_logprobs do not hold the prompt's tokens")
+            values.append(float(own["logprob"]))
+            ranked = sorted(((int(t), v) for t, v in (entry or {}).items() if (v.get("rank") or 0) >= 1),
+                            key=lambda tv: tv[1]["rank"])
+            tops.append([TokenLogprob(t, float(v["logprob"])) for t, v in ranked if v["rank"] <= self.top_n])
+        self.take_prompt(list(self.scored_prompt), values, tops, "vLLM")
 
 
 class VLLMBackend(RemoteBase):
@@ -104,6 +127,7 @@ class VLLMBackend(RemoteBase):
 
     name = "vllm"
     accepts_grammar = True  # GenerateRequest.grammar -> structured_outputs (vllm_constraint)
+    accepts_prompt_logprobs = True  # GenerateRequest.prompt_logprobs -> prompt_logprobs (streamed: answered whole)
 
     def __init__(self, urls: list[str] | str, *, model_name: str | None = None, max_context: int | None = None,
                  tokenizer: Any = None, timeout: float = 600.0, retries: int = 3,
@@ -141,6 +165,8 @@ class VLLMBackend(RemoteBase):
             body["request_id"] = request.request_id if attempt == 0 else f"{request.request_id}-retry{attempt}"
         if request.grammar is not None:
             body["structured_outputs"] = vllm_constraint(request.grammar)
+        if request.prompt_logprobs:  # vLLM's extra field: the prompt's log-probabilities and k alternatives
+            body["prompt_logprobs"] = p.top_logprobs
         body.update(self.extra_body)
         return body
 
@@ -149,13 +175,19 @@ class VLLMBackend(RemoteBase):
         check(r, f"vLLM {server.url}")
         body = json_body(r)
         choice = body["choices"][0]
-        out = _Output(request.sampling.top_logprobs)
+        out = _Output(request.sampling.top_logprobs, request.prompt_ids if request.prompt_logprobs else None)
         out.add(choice)
         prompt_tokens = (body.get("usage") or {}).get("prompt_tokens")
         return self._result(out, choice, request, prompt_tokens)
 
     async def _stream_once(self, server: Server, attempt: int, *,
                            request: GenerateRequest) -> AsyncGenerator[StreamDelta, None]:
+        if request.prompt_logprobs:  # vLLM streams no prompt_logprobs: the whole answer, as one piece
+            result = await self._generate_once(server, attempt, request=request)
+            yield StreamDelta([], [], prompt_logprobs=result.prompt_logprobs,
+                              prompt_top_logprobs=result.prompt_top_logprobs)
+            yield StreamDelta([], [], result=result)
+            return
         out = _Output(request.sampling.top_logprobs)
         body = self.payload(request, stream=True, attempt=attempt)
         final: dict[str, Any] | None = None
@@ -190,6 +222,7 @@ class VLLMBackend(RemoteBase):
             output_ids=out.ids, logprobs=out.logprobs, finish_reason=finish,
             prompt_tokens=int(prompt_tokens or len(request.prompt_ids)), policy_version=self._version,
             matched_stop=matched, top_logprobs=out.top if request.sampling.top_logprobs else None,
+            **out.prompt_fields("vLLM"),
         )
 
     # -- weights, pause, resume -----------------------------------------------------------

@@ -3,8 +3,10 @@ prompt as text or token ids, one step per prompt and sample; streamed token by t
 asked.
 
 Log-probabilities (``logprobs``: the number of alternatives) come per token, with ``text_offset`` counted in the
-choice's whole text; with ``echo`` the prompt's tokens come first, with a null log-probability each (the
-backends score sampled tokens, not prompts; OpenAI nulls only the first)."""
+choice's whole text; with ``echo`` the prompt's tokens come first with their own log-probabilities and alternatives
+(the first token's null, as at OpenAI), which the backend computes (``GenerateRequest.prompt_logprobs``; streamed: in
+the echo's chunk, before the choice's text). A backend that cannot score a prompt answers ``echo`` with ``logprobs``
+with a 400."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from agentr1.gateway.codecs.common import check_logit_bias_ids, sampling_params,
 from agentr1.gateway.codecs.errors import stream_error
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.schemas import CompletionRequest
-from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Choice, Events, TextDelta
+from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Choice, Events, PromptLogprobs, TextDelta
 
 __all__ = ["decode", "encode", "stream"]
 
@@ -46,12 +48,17 @@ def _prompts(gw: Gateway, prompt: Any) -> list[list[int]]:
 
 def decode(gw: Gateway, body: CompletionRequest) -> CallInput:
     check_logit_bias_ids(gw.renderer, body.logit_bias)
+    score_prompt = body.echo and body.logprobs is not None
+    if score_prompt and gw.renderer is not None and not getattr(gw.backend, "accepts_prompt_logprobs", False):
+        raise APIError(400, f"echo with logprobs needs the log-probabilities of the prompt's tokens, which the "
+                            f"{gw.backend.name} backend does not compute; leave out echo or logprobs",
+                       code="unsupported_parameter", param="echo")
     sampling = sampling_params(gw.settings, max_tokens=body.max_tokens, temperature=body.temperature,
                                top_p=body.top_p, top_k=body.top_k, stop=body.stop, stop_token_ids=body.stop_token_ids,
                                seed=body.seed, top_logprobs=body.logprobs or 0)
     return CallInput(endpoint="completions", model=body.model, sampling=sampling,
                      explicit_max_tokens=body.max_tokens is not None, n=body.n, stream=body.stream,
-                     prompts=_prompts(gw, body.prompt),
+                     prompts=_prompts(gw, body.prompt), prompt_logprobs=score_prompt,
                      extra={"logprobs": body.logprobs, "echo": body.echo,
                             "include_usage": bool(body.stream_options and body.stream_options.include_usage)})
 
@@ -72,9 +79,14 @@ def _logprobs(call: CallView, token_ids: list[int], logprobs: Sequence[float | N
     return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
 
 
-def _prompt_logprobs(call: CallView, prompt: list[int]) -> dict[str, Any]:
-    """The echoed prompt's entries: its tokens, no log-probabilities."""
-    return _logprobs(call, prompt, [None] * len(prompt), None)
+def _prompt_logprobs(call: CallView, prompt: list[int], values: list[float | None] | None,
+                     tops: list[Any] | None) -> dict[str, Any]:
+    """The echoed prompt's entries: its tokens with the backend's ``values`` and alternatives ``tops`` (the first
+    token has neither: null, as at OpenAI)."""
+    lp = _logprobs(call, prompt, values if values is not None else [None] * len(prompt), tops)
+    if lp["top_logprobs"]:
+        lp["top_logprobs"][0] = None
+    return lp
 
 
 def _joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +118,8 @@ def encode(call: CallView, outcome: CallOutcome) -> dict[str, Any]:
     for c in outcome.choices:
         lp = None
         if call.spec.extra.get("logprobs") is not None and c.result is not None:
-            echoed = _prompt_logprobs(call, prompts[c.index]) if call.spec.extra.get("echo") else None
+            echoed = (_prompt_logprobs(call, prompts[c.index], c.result.prompt_logprobs, c.result.prompt_top_logprobs)
+                      if call.spec.extra.get("echo") else None)
             lp = _logprobs(call, c.result.output_ids, c.result.logprobs, c.result.top_logprobs,
                            _end(echoed) if echoed else 0)
             lp = _joined(echoed, lp) if echoed else lp
@@ -122,20 +135,33 @@ def _chunk(call: CallView, choices: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def stream(call: CallView, events: Events) -> AsyncIterator[bytes]:
-    """One event per released piece of text, then each choice's finish, a usage chunk if asked, ``[DONE]``."""
+    """One event per released piece of text, then each choice's finish, a usage chunk if asked, ``[DONE]``. With
+    ``echo`` each choice's prompt comes first: at once, or, scored, when its log-probabilities arrive."""
     want_logprobs = call.spec.extra.get("logprobs") is not None
     prompts = call.choice_prompts()
     sent = [0] * len(prompts)
     offset = [0] * len(prompts)  # characters of each choice's text covered by the logprobs sent so far
+    unechoed = set(range(len(prompts))) if call.spec.extra.get("echo") else set()
+
+    def echo(i: int, values: list[float | None] | None, tops: list[Any] | None) -> bytes:
+        unechoed.discard(i)
+        prompt = call.gw.renderer.tokenizer.decode(prompts[i], skip_special_tokens=False)
+        lp = _prompt_logprobs(call, prompts[i], values, tops) if want_logprobs else None
+        offset[i] = _end(lp) if lp else 0
+        return sse(_chunk(call, [{"index": i, "text": prompt, "logprobs": lp, "finish_reason": None}]))
+
     try:
-        if call.spec.extra.get("echo"):
-            for i, ids in enumerate(prompts):
-                prompt = call.gw.renderer.tokenizer.decode(ids, skip_special_tokens=False)
-                lp = _prompt_logprobs(call, ids) if want_logprobs else None
-                offset[i] = _end(lp) if lp else 0
-                yield sse(_chunk(call, [{"index": i, "text": prompt, "logprobs": lp, "finish_reason": None}]))
+        if not call.spec.prompt_logprobs:
+            for i in sorted(unechoed):
+                yield echo(i, None, None)
         async for event in events:
+            if isinstance(event, PromptLogprobs):
+                if event.choice in unechoed:
+                    yield echo(event.choice, event.logprobs, event.top_logprobs)
+                continue
             if isinstance(event, TextDelta):
+                if event.choice in unechoed:  # a backend that sent no scores before the text (not expected)
+                    yield echo(event.choice, None, None)
                 lp = None
                 if want_logprobs:
                     lp = _logprobs(call, event.token_ids, event.logprobs, event.top_logprobs, offset[event.choice])
@@ -145,6 +171,8 @@ async def stream(call: CallView, events: Events) -> AsyncIterator[bytes]:
                                          "finish_reason": None}]))
                 continue
             for c in event.choices:
+                if c.index in unechoed:  # the scores came with the result
+                    yield echo(c.index, c.result and c.result.prompt_logprobs, c.result and c.result.prompt_top_logprobs)
                 lp = None
                 if want_logprobs and c.result is not None:
                     k, r = sent[c.index], c.result
