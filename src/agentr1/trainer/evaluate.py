@@ -37,20 +37,20 @@ async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer
     """``n`` samples of the agent per task (a group per task), then the reward stage over them. ``sampling``: the
     sessions' sampling override (an evaluation's decoding; :meth:`AgentRunner.run`). ``progress``: shown as episodes
     end, each scored as soon as it ends (:class:`ScoredAsTheyEnd`)."""
-    common = dict(n=n, run_id=run_id, step=step, max_concurrency=max_concurrency, switch_interval_s=switch_interval_s,
-                  sampling=sampling, group_prefix=group_prefix)
     by_id = {t["id"]: t for t in tasks}
-    if progress is None:
-        report = await collect(runner, tasks, **common)  # type: ignore[arg-type]
-        sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, by_id)
-        return Scored(report, sessions, rewards)
-    live = ScoredAsTheyEnd(scorer, by_id, progress)
+    live = None if progress is None else ScoredAsTheyEnd(scorer, by_id, progress)
     try:
-        report = await collect(runner, tasks, on_done=live.ended, **common)  # type: ignore[arg-type]
+        report = await collect(runner, tasks, n=n, run_id=run_id, step=step, max_concurrency=max_concurrency,
+                               switch_interval_s=switch_interval_s, sampling=sampling, group_prefix=group_prefix,
+                               on_done=None if live is None else live.ended)
     except BaseException:
-        live.cancel()
+        if live is not None:
+            live.cancel()
         raise
-    sessions, rewards = await live.finish(report.sessions)
+    if live is None:
+        sessions, rewards = await asyncio.to_thread(scorer.score, report.sessions, by_id)
+    else:
+        sessions, rewards = await live.finish(report.sessions)
     return Scored(report, sessions, rewards)
 
 
