@@ -190,6 +190,7 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
     ({"name": "vllm", "urls": ["http://a:1"], "weight_sync": "tensor"},
      "weight_sync tensor is for SGLang servers; the vllm rollout syncs through a directory"),
     ({"weight_sync": "tensor"}, "the local rollout syncs its engine in memory already"),
+    ({"tool_call_parser": "qwen"}, "unknown tool-call parser 'qwen': use one of hermes, hermes_json, json"),
 ])
 def test_rollout_server_config_errors_are_clear(tmp_path, rollout, message):
     with pytest.raises(ValidationError, match=message):
@@ -274,3 +275,16 @@ def test_async_training_syncs_launched_sglang_servers_through_the_same_path(tmp_
     recorded = set().union(*versions_by_step(tmp_path, trainer.state.run_id).values())
     # each answer carries a version the server reported; which ones the in-flight groups saw depends on timing
     assert 0 in recorded and recorded <= {0, 1, 2}
+
+
+def test_the_rollouts_tool_call_parser_reaches_the_gateway(tmp_path, tiny_qwen_path):
+    """rollout.tool_call_parser -> the job's gateway settings -> the renderer that reads the policy's calls; unset,
+    the model family's default (Qwen2.5-Coder: hermes_json)."""
+    from agentr1.gateway import EmbeddedGateway
+    from agentr1.trainer.serving import gateway_settings
+
+    for rollout, parser in (({"tool_call_parser": "json"}, "json"), ({}, "hermes_json")):
+        settings = gateway_settings(job(tmp_path, tiny_qwen_path, rollout), model=tiny_qwen_path, run_id="r")
+        assert settings.tool_call_parser == rollout.get("tool_call_parser")
+        with EmbeddedGateway(settings, store=None) as gateway:
+            assert gateway.app.state.gateway.renderer.tool_parser.name == parser

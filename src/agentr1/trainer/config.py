@@ -12,7 +12,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentr1.gateway import GatewaySettings
 
@@ -288,6 +288,9 @@ class RolloutConfig(_Strict):
     # steps sampled at another temperature / top_p than above (agentr1.trainer.groups.check_sampling)
     sampling_check: Literal["error", "warn", "off"] = "error"
     name: Literal["local", "sglang", "vllm"] = "local"
+    # how the gateway reads the policy's tool calls (GatewaySettings.tool_call_parser: hermes, json, pythonic,
+    # hermes_json); None: the model family's default (agentr1.core.rendering.tool_parsers)
+    tool_call_parser: str | None = None
     urls: list[str] = Field(default_factory=list)  # running servers' base URLs (name sglang or vllm)
     launch: bool = False  # name sglang: start the servers here for actor_rollout_ref.model
     # the launch_* defaults are the gateway's (GatewaySettings.launch_*: the trainer's gateway launches)
@@ -324,6 +327,15 @@ class RolloutConfig(_Strict):
     def switch_interval_s(self) -> float | None:
         """:attr:`gil_switch_interval_ms` in seconds."""
         return None if self.gil_switch_interval_ms is None else self.gil_switch_interval_ms / 1000
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _known_parser(cls, name: str | None) -> str | None:
+        if name is not None:
+            from agentr1.core.rendering.tool_parsers import get_tool_call_parser  # lazy: the rendering stack
+
+            get_tool_call_parser(name)
+        return name
 
     @model_validator(mode="after")
     def _servers(self) -> RolloutConfig:

@@ -162,7 +162,8 @@ def gateway_settings(cfg: JobConfig, *, model: Path | str, run_id: str, log_dir:
                            served_model_name="policy" if local else None,
                            max_batch_size=max(32, rollout.max_concurrency), engine_compile=rollout.engine_compile,
                            prefill_budget=rollout.prefill_budget, engine_exact=rollout.engine_exact,
-                           cache_gb=rollout.cache_gb, engine_dtype=rollout.engine_dtype, **launch)
+                           cache_gb=rollout.cache_gb, engine_dtype=rollout.engine_dtype,
+                           tool_call_parser=rollout.tool_call_parser, **launch)
 
 
 def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_from: Path, *, run_id: str,
