@@ -62,7 +62,7 @@ def gateway(**options: Any) -> None:
         typer.secho(f"error: --context-policy: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
     if settings.tool_call_parser is not None:
-        from agentr1.core.rendering.tool_parsers import get_tool_call_parser  # lazy, as above
+        from agentr1.core.rendering import get_tool_call_parser  # lazy, as above
 
         try:
             get_tool_call_parser(settings.tool_call_parser)

@@ -68,7 +68,7 @@ def create_app(
     settings = settings or GatewaySettings()
     build_policy(settings.context_policy)  # a bad --context-policy fails here, before a model loads
     if settings.tool_call_parser is not None:  # so does a bad --tool-call-parser
-        from agentr1.core.rendering.tool_parsers import get_tool_call_parser  # lazy: the rendering stack
+        from agentr1.core.rendering import get_tool_call_parser  # lazy: the rendering stack
 
         get_tool_call_parser(settings.tool_call_parser)
     metrics = Metrics()
@@ -86,7 +86,7 @@ def create_app(
                             interval_s=settings.write_interval_ms / 1000)
         await writer.start()
         if renderer is not None and settings.tool_call_parser is not None:
-            from agentr1.core.rendering.tool_parsers import use_tool_call_parser  # lazy, as above
+            from agentr1.core.rendering import use_tool_call_parser  # lazy, as above
 
             use_tool_call_parser(renderer, settings.tool_call_parser)
         app.state.gateway = Gateway(

@@ -332,7 +332,7 @@ class RolloutConfig(_Strict):
     @classmethod
     def _known_parser(cls, name: str | None) -> str | None:
         if name is not None:
-            from agentr1.core.rendering.tool_parsers import get_tool_call_parser  # lazy: the rendering stack
+            from agentr1.core.rendering import get_tool_call_parser  # lazy: the rendering stack
 
             get_tool_call_parser(name)
         return name
