@@ -9,8 +9,9 @@ The template is opaque, so the pieces the bridge needs are found by probing it o
   (``"\\n"`` in ChatML). When the longer render does not extend the shorter one (templates that
   rewrite history, e.g. drop old ``<think>`` blocks), there is no tail: the caller renders afresh.
 
-Parsing is hermes-style text parsing with ``<think>`` reasoning (Qwen2.5/3, Hermes, our SmolLM2
-template). Models whose tool-call syntax is different need a dedicated renderer.
+Parsing is text-level, with ``<think>`` reasoning and the tool-call parser of the model's family (hermes tags for
+Qwen2.5/3, Hermes and our SmolLM2 template; tags or bare JSON for Qwen2.5-Coder; others by name:
+:mod:`agentr1.core.rendering.tool_parsers`).
 """
 
 from __future__ import annotations
