@@ -95,6 +95,24 @@ def test_json_that_is_no_declared_call_is_content_whole_and_streamed(qwen_instan
     assert step.action["content"] == reply and step.action["parser"] == "hermes_json"
 
 
+def test_responses_and_messages_read_the_json_call_too(qwen_instant):
+    import anthropic
+
+    with qwen_instant(lambda _: FENCED) as (url, _store):
+        _sid, client = _client(url)
+        response = client.responses.create(model="policy", input=QUESTION[0]["content"], tools=[
+            {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}])
+        key = httpx.post(f"{url}/sessions", json={}).json()["api_key"]
+        messages = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+        with messages.messages.stream(model="policy", max_tokens=64, messages=QUESTION, tools=[
+                {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]) as stream:
+            streamed = stream.get_final_message()
+    [call] = [item for item in response.output if item.type == "function_call"]
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
+    assert [(b.type, b.name, b.input) for b in streamed.content] == [("tool_use", "get_weather", {"city": "Paris"})]
+    assert streamed.stop_reason == "tool_use"
+
+
 def test_prose_before_a_fenced_call_streams_as_content_and_the_call_as_a_tool_call(qwen_instant):
     reply = f"Let me check the weather.\n{FENCED}"
     with qwen_instant(lambda _: reply) as (url, _store):
