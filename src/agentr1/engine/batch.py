@@ -75,6 +75,10 @@ __all__ = ["BatchEngine"]
 log = logging.getLogger(__name__)
 
 CPU_LENGTH_STEP = 64
+# a CPU decode step runs at least this many rows (padding rows beside a lone one): oneDNN multiplies one row in
+# another order than two or more (SmolLM2's down projection), so a row decoded alone would get other bits than in
+# company, and a greedy evaluation's tokens would depend on which episodes were still running (packed_linear.py)
+CPU_MIN_ROWS = 2
 
 
 @dataclass(slots=True)
@@ -118,6 +122,7 @@ class BatchEngine:
         self.overlap = gpu if options.overlap is None else options.overlap  # on a CPU every op waits anyway
         self.prefill_budget = options.prefill_budget or (16384 if gpu else 1024)
         self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
+        self.min_rows = 1 if gpu else CPU_MIN_ROWS
         self.cache = SlotCache(model.config, self.device, self.dtype)
         cache_bytes = options.cache_bytes
         if cache_bytes is None:
@@ -239,7 +244,7 @@ class BatchEngine:
         top = max(r.slot for r in rows) + 1
         longest = max(len(r.prompt_ids) + len(r.output_ids) + r.in_flight for r in rows)
         kv_len = min(round_up(longest, self.length_step), self.cache.scratch)
-        batch = self._graph_rows(top, kv_len) if self._graphs is not None else top
+        batch = self._graph_rows(top, kv_len) if self._graphs is not None else min(max(top, self.min_rows), self.cache.slots)
         ids, pos, steps = [self.pad_id] * batch, [self.cache.scratch] * batch, [0] * batch
         for r in rows:
             made = len(r.output_ids) + r.in_flight

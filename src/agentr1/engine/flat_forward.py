@@ -214,8 +214,16 @@ class FlatForward:
 
         hidden = self._layers(flat.ids[:, None], flat.positions[:, None], attend)
         return [None if group.last is None else
-                self.lm_head(_norm(hidden.index_select(0, group.last), self.norm, self.norm_eps))[:, -1, :]
+                self._output_layer(_norm(hidden.index_select(0, group.last), self.norm, self.norm_eps))[:, -1, :]
                 for group in flat.groups]
+
+    def _output_layer(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer over ``hidden`` [rows, 1, hidden]; a lone row beside a copy of itself, so that its logits
+        are the bits it gets in company (a CPU product of one row sums in another order than of two or more:
+        ``packed_linear.py``; decode steps run two rows at least for the same reason, ``batch.py``)."""
+        if hidden.shape[0] == 1 and hidden.device.type == "cpu":
+            return self.lm_head(hidden.expand(2, -1, -1).contiguous())[:1]
+        return self.lm_head(hidden)
 
     def _layers(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """The decoder layers over one query per row (``ids``, ``positions`` ``[B, 1]``): the last hidden states."""

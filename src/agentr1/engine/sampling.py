@@ -32,6 +32,7 @@ __all__ = [
     "Sampled",
     "SamplingBatch",
     "is_greedy",
+    "logsumexp_rows",
     "make_generator",
     "row_key",
     "sample_batch",
@@ -150,6 +151,16 @@ class SampledBatch:
     top_logprobs: torch.Tensor | None = None
 
 
+def logsumexp_rows(x: torch.Tensor) -> torch.Tensor:
+    """``torch.logsumexp`` of each row of ``x`` ([rows, vocab]), with the same bits for a row whatever the rows
+    beside it and the thread count: on the CPU the sum of a lone row is split among the threads (its last bits then
+    change with their number: 1 vs 2 threads, SmolLM2's logits, 2026-12-06), while each of several rows is summed by
+    one thread; so a lone row is summed beside a copy of itself."""
+    if x.shape[0] == 1 and x.device.type == "cpu":
+        return torch.logsumexp(x.expand(2, -1).contiguous(), dim=-1)[:1]
+    return torch.logsumexp(x, dim=-1)
+
+
 def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int],
                  allowed: tuple[torch.Tensor, torch.Tensor] | None = None) -> SampledBatch:
     """Sample one token per row of ``logits`` ([B, vocab]); ``steps[i]`` is row i's output position;
@@ -162,7 +173,7 @@ def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int],
     if allowed is not None:  # out of place: ``logits`` may be a CUDA graph's output buffer
         rows, mask = allowed
         scaled = scaled.index_copy(0, rows, scaled.index_select(0, rows).masked_fill(~mask, float("-inf")))
-    log_norm = torch.logsumexp(scaled, dim=-1)
+    log_norm = logsumexp_rows(scaled)
     if batch.all_greedy:
         chosen = scaled.argmax(dim=-1)
     else:  # padding rows keep token 0
@@ -173,7 +184,7 @@ def sample_batch(logits: torch.Tensor, batch: SamplingBatch, steps: list[int],
         x = scaled if batch.all_sampled else scaled.index_select(0, batch.sampled_rows)
         if batch.truncated is not None:
             x = _truncate(x, batch)  # out of place
-            norm = torch.logsumexp(x, dim=-1)
+            norm = logsumexp_rows(x)
         else:
             norm = log_norm if batch.all_sampled else log_norm[batch.sampled_rows]
         cdf = torch.exp_(x - norm[:, None]).cumsum_(dim=-1)  # inverse-CDF sampling: one uniform per row
