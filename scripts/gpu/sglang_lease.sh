@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
-export SGLANG_MODEL_KIND=qwen05
+export SGLANG_MODEL_KIND=${SGLANG_MODEL_KIND:-qwen05}  # or smollm2 (carry .tok .m1 .m2 .m3 instead of .q01-.q12)
 source scripts/gpu/lib.sh
 source scripts/gpu/sglang_env.sh
 OUT=${OUT:-$PWD/out/gpu}
@@ -33,9 +33,9 @@ place() {  # the unpacked payload's folders where lib.sh, sglang_env.sh and vllm
    gpu_collect > /dev/null) || return 1
   sglang_unpack sgsite "$SGLANG_SITE" || return 1
   gpu_env
-  gpu_qwen05 > /dev/null || return 1
+  if [ "$SGLANG_MODEL_KIND" = qwen05 ]; then gpu_qwen05 > /dev/null || return 1; else gpu_smollm2 > /dev/null || return 1; fi
   touch /tmp/agentr1-payload/.placed
-  echo "placed: trainer wheels in $GPU_SITE, SGLang site in $SGLANG_SITE, Qwen in $SGLANG_MODEL"
+  echo "placed: trainer wheels in $GPU_SITE, SGLang site in $SGLANG_SITE, the model in $SGLANG_MODEL"
 }
 
 case ${1:-carry} in
@@ -53,7 +53,7 @@ train)  # GRPO through SGLang, weights from memory every step; greedy@1 of the b
   gpu_env "$REPO/scripts/gpu/stubs"
   if [ ! -f "$RUN/started" ]; then
     rm -rf "$RUN" && mkdir -p "$RUN" && touch "$RUN/started"
-    setsid nohup env STEPS="${STEPS:-10}" TEST="${TEST:-500}" bash scripts/gpu/sglang_train.sh "$RUN" "$SGLANG_URL" \
+    setsid nohup env STEPS="${STEPS:-10}" TEST="${TEST:-500}" CFG="${CFG:-}" bash scripts/gpu/sglang_train.sh "$RUN" "$SGLANG_URL" \
       "$SGLANG_MODEL" > "$RUN/pipeline.log" 2>&1 < /dev/null &
     echo "started the SGLang training run (log $RUN/pipeline.log)"
   fi
@@ -71,7 +71,8 @@ bench)  # decode speed: SGLang (running), the embedded engine (random weights of
   place || exit 1
   gpu_env
   rows=$OUT/serving_bench.jsonl
-  python3 bench/serving_bench.py decode --backend sglang --url "$SGLANG_URL" --label "SGLang 0.5.17" --out "$rows"
+  vocab=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$SGLANG_MODEL/config.json")
+  python3 bench/serving_bench.py decode --backend sglang --url "$SGLANG_URL" --label "SGLang 0.5.17" --out "$rows" --vocab "$vocab"
   python3 bench/serving_bench.py gateway --backend sglang --url "$SGLANG_URL" --tokenizer "$SGLANG_MODEL" \
     --label "gateway in front of SGLang 0.5.17" --out "$rows" --sessions 1 64 128
   kill -- -"$(cat "$SGLANG_WORK/serve.pid")" 2> /dev/null; sleep 5
@@ -87,11 +88,11 @@ for f in source.iterdir():
         shutil.copy(f, out / f.name)
 PY
   python3 bench/serving_bench.py decode --backend local --model /tmp/agentr1-qwen-random \
-    --label "agentr1 local (random weights, Qwen2.5-0.5B shape)" --out "$rows"
+    --label "agentr1 local (random weights, the served model's shape)" --out "$rows" --vocab "$vocab"
   if [ -f /tmp/agentr1-vllm-carry/vsite.parts ] && ((SECONDS - CALL_START < ${VLLM_AFTER_S:-300})); then
     VLLM_ENGINE_BENCH=0 VLLM_MODEL=$SGLANG_MODEL VLLM_START_TIMEOUT=240 bash scripts/gpu/vllm_serve.sh > "$OUT/vllm_serve.txt" 2>&1 \
       && python3 bench/serving_bench.py decode --backend vllm --url http://127.0.0.1:8000 --label "vLLM 0.25.0" \
-        --out "$rows"
+        --out "$rows" --vocab "$vocab"
     tail -n 5 "$OUT/vllm_serve.txt"
   fi
   cat "$rows"

@@ -15,14 +15,14 @@ cd "$(dirname "$0")/../.."
 RUN=${1:?run dir} URL=${2:?SGLang URL} MODEL=${3:?model dir}
 source scripts/gpu/lib.sh
 gpu_env "$PWD/scripts/gpu/stubs"
-CFG=examples/gsm8k/tool_train_gpu.yaml
+CFG=${CFG:-examples/gsm8k/tool_train_gpu.yaml}  # SmolLM2: examples/calculator/train_gpu.yaml (TEST 41)
 stage() { echo "=== $(date -u +%T) $*"; }
 
 stage "GRPO through SGLang at $URL: ${STEPS:-10} steps"
 timeout --signal=INT --kill-after=30 "${LIMIT_S:-420}" "${AGENTR1[@]}" train "$CFG" "db=sqlite:///$RUN/traces.db" \
   "actor_rollout_ref.model=$MODEL" actor_rollout_ref.rollout.name=sglang "actor_rollout_ref.rollout.urls=[$URL]" \
   "trainer.total_training_steps=${STEPS:-10}" data.val_size=1 "trainer.save_freq=${STEPS:-10}" \
-  "trainer.default_local_dir=$RUN/train" run_name=gsm8k-qwen05-sglang ${TRAIN_ARGS:-} > "$RUN/train.log" 2>&1
+  "trainer.default_local_dir=$RUN/train" "run_name=$(basename "$CFG" .yaml)-sglang" ${TRAIN_ARGS:-} > "$RUN/train.log" 2>&1
 echo "train: exit $?"
 tail -n 15 "$RUN/train.log"
 grep -c "update_weights_from_tensor" /tmp/agentr1-sglang/serve.log | sed 's/^/server log lines about tensor updates: /'

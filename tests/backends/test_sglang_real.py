@@ -138,8 +138,9 @@ def test_tool_calling_sessions_through_the_gateway_store_what_sglang_sampled(tmp
                 sessions.append(s["id"])
                 client = openai.OpenAI(base_url=s["base_url"], api_key=s["api_key"])
                 messages = [{"role": "user", "content": question}]
-                for turn in range(3):
+                for turn in range(3):  # the first call must call the tool (any model can: the gateway forces it)
                     answer = client.chat.completions.create(model="policy", messages=messages, tools=[tool],
+                                                            tool_choice="required" if turn == 0 else "auto",
                                                             max_tokens=96, temperature=0)
                     message = answer.choices[0].message
                     messages.append(message.model_dump(exclude_none=True))
