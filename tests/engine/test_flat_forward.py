@@ -32,13 +32,17 @@ class Ran:
     cached_tokens: int
 
 
-def run(path: Path, **options: Any) -> Ran:
-    """Ten requests at once (prompts of different lengths, three samplers; two that share a long system prompt and
-    then differ, two alike, whose rows share what they have in common), then each one's next turn at once. The
-    engine is closed before this returns: one engine at a time (three of Qwen2.5-Coder-0.5B in float32 held 8 GiB)."""
+def started(path: Path, **options: Any) -> LocalBackend:
+    """A float32 CPU engine of up to ten rows on the model at ``path``, started."""
     backend = LocalBackend(path, EngineOptions(device="cpu", dtype="float32", num_threads=1, max_batch_size=10,
                                                **options))
     backend.engine.start()
+    return backend
+
+
+def two_turns(backend: LocalBackend) -> list[tuple[list[int], list[float]]]:
+    """Ten requests at once (prompts of different lengths, three samplers; two that share a long system prompt and
+    then differ, two alike, whose rows share what they have in common), then each one's next turn at once."""
     tok = backend.engine.tokenizer
     settings = [dict(temperature=0.0), dict(temperature=1.0, seed=7), dict(temperature=0.8, top_p=0.9, seed=3)]
     prompts = [tok.encode(f"<|im_start|>user\nitem {i}: " + "and more " * i + "<|im_end|>\n<|im_start|>assistant\n",
@@ -54,14 +58,20 @@ def run(path: Path, **options: Any) -> Ran:
         results = await asyncio.gather(*(backend.generate(r) for r in requests))
         return [(r.output_ids, r.logprobs) for r in results]
 
-    async def two_turns() -> list[tuple[list[int], list[float]]]:
+    async def both() -> list[tuple[list[int], list[float]]]:
         first = await turn(prompts)
         second = await turn([p + ids + follow_up for p, (ids, _) in zip(prompts, first, strict=True)])
         return first + second
 
+    return asyncio.run(both())
+
+
+def run(path: Path, **options: Any) -> Ran:
+    """:func:`two_turns` on a new engine, closed before this returns: one engine at a time (three of
+    Qwen2.5-Coder-0.5B in float32 held 8 GiB)."""
+    backend = started(path, **options)
     try:
-        samples = asyncio.run(two_turns())
-        return Ran(samples, backend.engine.batch._flat is not None, backend.stats.cached_tokens)
+        return Ran(two_turns(backend), backend.engine.batch._flat is not None, backend.stats.cached_tokens)
     finally:
         asyncio.run(backend.close())
 
@@ -132,7 +142,8 @@ def test_packed_products_match_the_linear_layers_and_take_their_place() -> None:
 
 
 def test_a_weight_update_reaches_the_packed_products(tiny_model_path: Path) -> None:
-    backend, _ = run(tiny_model_path)
+    backend = started(tiny_model_path)
+    two_turns(backend)
     try:
         model = backend.engine.model
         assert isinstance(model.lm_head, PackedLinear) and not model.lm_head.released  # tied to the input embedding
@@ -163,7 +174,8 @@ def test_a_weight_update_reaches_the_packed_products(tiny_model_path: Path) -> N
 def test_forward_hooks_on_the_model_see_every_step(tiny_model_path: Path) -> None:
     """A hook registered on any of the model's modules (a probe, a fault injected by a test) runs at every forward,
     decode steps included: the engine decodes through the model's forward while one is registered."""
-    backend, _ = run(tiny_model_path)
+    backend = started(tiny_model_path)
+    two_turns(backend)
     try:
         calls: list[int] = []
         handle = backend.engine.model.model.layers[0].mlp.register_forward_hook(
