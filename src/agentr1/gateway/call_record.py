@@ -1,28 +1,38 @@
-"""The step records of one :class:`~agentr1.gateway.model_call.ModelCall` and what the session remembers of it.
+"""The step records of one model call (:class:`~agentr1.gateway.model_call.ModelCall`) and what its session's
+history remembers of it.
 
-Used only by the call (under its session's lock); split out to keep the call's file readable. Every step is
-built by the store's one factory, :func:`~agentr1.store.new_step`."""
+Used only by the call, inside its session's recording transaction
+(:meth:`~agentr1.gateway.sessions.SessionRegistry.recording`); split out to keep the call's file readable. It reads the
+call through :class:`RecordedCall` and changes the session only through the :class:`~agentr1.gateway.call_history.
+CallHistory` it is given. Every step is built by the store's one factory, :func:`~agentr1.store.new_step`."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentr1.core.rendering import PreviousTurn
+from agentr1.gateway.call_history import CallHistory
 from agentr1.gateway.calls import Gateway
 from agentr1.gateway.errors import APIError
-from agentr1.gateway.wire import Choice
+from agentr1.gateway.wire import CallView, Choice
 from agentr1.store import Action, FeedbackRecord, SampledTokens, StepRecord, new_step
 
-if TYPE_CHECKING:
-    from agentr1.gateway.model_call import ModelCall
-
-__all__ = ["MAX_RECENT_STEPS", "build_steps", "persist", "remember_choices"]
-
-MAX_RECENT_STEPS = 8  # the steps of a session a new call may branch from (besides the last call's choices)
+__all__ = ["RecordedCall", "build_steps", "persist", "remember_choices"]
 
 
-def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
+class RecordedCall(CallView, Protocol):
+    """What the record of a call reads of it, besides what a wire format reads."""
+
+    messages_seen: list[dict[str, Any]] | None  # the messages after the context policy
+    tools: list[dict[str, Any]] | None
+    parent_index: int | None  # the step the call continued or branched from
+    retry_count: int | None  # the client's retry header (0: a first attempt; None: not sent)
+    prompts: list[list[int]]
+    retry_of: list[int] | None  # set here: the steps the call retries
+
+
+def build_steps(call: RecordedCall, history: CallHistory, choices: list[Choice], latency_ms: float,
                 external: list[Any] | None) -> tuple[list[StepRecord], FeedbackRecord | None]:
     """One step per choice, with the indices already set on the choices, and the feedback of the step the call
     continued. ``external``: an external model's results (text only: no token ids, not trainable)."""
@@ -37,7 +47,7 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
         sampling["endpoint"] = call.spec.endpoint
     retry_of, feedback = None, None
     if plan is not None:  # a chat call on token ids: it continued a step, or retried the last call
-        retry_of = list(state.last_call) if repeats_last_call(call) and call.retry_count != 0 else None
+        retry_of = list(history.last_call) if _repeats_last_call(call, history) and call.retry_count != 0 else None
         if call.parent_index is not None and plan.continued:
             feedback = FeedbackRecord(state.id, call.parent_index, plan.new_messages, list(plan.new_ids))
     steps = []
@@ -51,7 +61,7 @@ def build_steps(call: ModelCall, choices: list[Choice], latency_ms: float,
     return steps, feedback
 
 
-def _sampled(call: ModelCall, choice: Choice, external: Any) -> tuple[Action, SampledTokens | None, str | None, str]:
+def _sampled(call: RecordedCall, choice: Choice, external: Any) -> tuple[Action, SampledTokens | None, str | None, str]:
     """(the action, its tokens, the finish reason, the model) of one choice."""
     if external is not None:
         return (Action.of_message(external.message, provider_logprobs=external.logprobs), None,
@@ -68,33 +78,23 @@ def _sampled(call: ModelCall, choice: Choice, external: Any) -> tuple[Action, Sa
     return action, tokens, choice.finish_reason, call.gw.backend.model_name
 
 
-def repeats_last_call(call: ModelCall) -> bool:
-    """Whether the call shows the model the same observation as the session's last call, from the same parent:
-    by content, so it holds for any client, and also when the first attempt was still being generated when the
-    retry arrived (both then continued the same parent)."""
-    state = call.state
-    if not state.previous or call.plan is None:
-        return False
-    return call.parent_index == state.previous_parent and call.plan.prompt_ids == state.previous[-1][1].prompt_ids
+def _repeats_last_call(call: RecordedCall, history: CallHistory) -> bool:
+    return call.plan is not None and history.repeats_last_call(call.parent_index, call.plan.prompt_ids)
 
 
-def remember_choices(call: ModelCall, choices: list[Choice]) -> None:
+def remember_choices(call: RecordedCall, history: CallHistory, choices: list[Choice]) -> None:
     """What the session's next call may continue: these choices (a deliberate resample joins its siblings; a
     retry replaces the attempt it retries; anything else replaces the last call's choices)."""
-    state, plan = call.state, call.plan
+    plan = call.plan
     assert plan is not None
-    retry_of = call.retry_of
     turns = [
         (c.step, PreviousTurn(messages=call.messages_seen or [], tools=call.tools, prompt_ids=plan.prompt_ids,
                               action_ids=c.result.output_ids if c.result else [], assistant_message=c.message,
                               prefill=plan.prefill))
         for c in choices
     ]
-    kept = [t for t in state.previous if t[0] not in (retry_of or ())] if repeats_last_call(call) else []
-    state.previous = [*kept, *turns]
-    state.recent = [*state.recent, *turns][-MAX_RECENT_STEPS:]  # a new list: a rollback restores the old one
-    state.previous_parent, state.previous_drift = call.parent_index, plan.drift
-    state.last_call = [c.step for c in choices]
+    history.remember(turns, parent=call.parent_index, drift=plan.drift, repeated=_repeats_last_call(call, history),
+                     replaces=call.retry_of)
 
 
 async def persist(gw: Gateway, steps: list[StepRecord], feedback: FeedbackRecord | None = None) -> None:

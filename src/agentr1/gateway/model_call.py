@@ -11,9 +11,10 @@ A route hands :meth:`ModelCall.answer` its wire format (a module of :mod:`agentr
 
 The call owns its session's bookkeeping. It counts itself in ``SessionState.in_flight`` from attribution
 until it ends (:meth:`ModelCall.end`; a cached session with a call in flight, streamed or not, is not evicted),
-and holds ``SessionState.lock`` while it plans its prompt against the session and while it allocates step
-indices and writes its steps, so concurrent calls of one session get distinct indices, a call never plans
-against a step whose write is still undecided, and a failed write rolls the session back cleanly.
+and holds ``SessionState.lock`` while it plans its prompt against the session; it allocates step indices and writes
+its steps in one transaction of the session registry (:meth:`~agentr1.gateway.sessions.SessionRegistry.recording`,
+under the same lock), so concurrent calls of one session get distinct indices, a call never plans against a step
+whose write is still undecided, and a failed write leaves the session's history as it was.
 """
 
 from __future__ import annotations
@@ -168,8 +169,9 @@ class ModelCall:
             self.messages_seen = messages if policy is None else await policy.apply(messages, self.tools)
             async with self.state.lock:
                 try:
-                    self.plan, self.parent_index = plan_for_session(self.gw.renderer, self.state, self.messages_seen,
-                                                                    self.tools, self.spec.tool_choice)
+                    self.plan, self.parent_index = plan_for_session(self.gw.renderer, self.state.history,
+                                                                    self.messages_seen, self.tools,
+                                                                    self.spec.tool_choice)
                 except RenderError as exc:
                     raise APIError(400, f"cannot render the request: {exc}", code="invalid_request",
                                    param="messages") from exc
@@ -321,32 +323,23 @@ class ModelCall:
 
     async def _record(self, choices: list[Choice], external: list[Any] | None = None) -> CallOutcome:
         """Allocate the steps' indices, store one step per choice (and the feedback of the step this call
-        continued), and move the session on; if the write fails, put the session back as it was."""
-        state, gw = self.state, self.gw
+        continued), and move the session on, as one transaction of the session registry: if the write fails, the
+        session's history is as it was."""
+        gw = self.gw
         latency_ms = (time.monotonic() - self.started) * 1000
-        async with state.lock:
-            before = (state.next_index, state.previous, state.previous_parent, state.previous_drift,
-                      state.last_call, state.recent)
-            indices = list(range(state.next_index, state.next_index + len(choices)))
-            state.next_index += len(choices)
+        async with gw.sessions.recording(self.state) as history:
+            indices = history.allocate(len(choices))
             for choice, index in zip(choices, indices, strict=True):
                 choice.step = index
-            steps, feedback = build_steps(self, choices, latency_ms, external)
+            steps, feedback = build_steps(self, history, choices, latency_ms, external)
             if external is not None:
-                state.previous = []  # nothing to continue token for token
+                history.forget_turns()
             elif self.is_chat:
-                remember_choices(self, choices)
-                gw.sessions.note_conversation(state, self.spec.messages or [], choices[0].message)
+                remember_choices(self, history, choices)
+                gw.sessions.note_conversation(self.state, self.spec.messages or [], choices[0].message)
             outcome = self._outcome(choices, indices, external)
             gw.metrics.observe_call(latency_ms, outcome.prompt_tokens, outcome.completion_tokens)
-            try:
-                await persist(gw, steps, feedback)
-            except APIError:
-                # Not stored, not answered: the session goes back to where it was, so the agent's retry of this
-                # call takes the same index and continues the last stored step (no gap, no false drift).
-                (state.next_index, state.previous, state.previous_parent, state.previous_drift,
-                 state.last_call, state.recent) = before
-                raise
+            await persist(gw, steps, feedback)  # not stored: not answered, and the history is put back
         return outcome
 
     def _enforce_tool_choice(self, outcome: CallOutcome) -> CallOutcome:

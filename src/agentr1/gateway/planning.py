@@ -3,7 +3,7 @@
 In order:
 1. the session's last call (each of its choices, the newest first): the request extends one -> the prompt
    extends that step's prompt + sampled ids token for token;
-2. the session's recent steps (``SessionState.recent``): the request extends an earlier step -> the same
+2. the session's recent steps (``CallHistory.recent``): the request extends an earlier step -> the same
    exact continuation from there, a new branch of the session (a sub-agent or a retry that rewinds);
 3. none: the prompt is rendered afresh. A request that carries no assistant turn starts a new conversation:
    a new branch, not drift, with the step it shares the longest history with as its parent (None if it
@@ -17,12 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from agentr1.core.rendering import PreviousTurn, PromptPlan, canonical_message, plan_prompt
-from agentr1.gateway.sessions import SessionState
+from agentr1.gateway.call_history import CallHistory
 
 __all__ = ["plan_for_session"]
 
 
-def plan_for_session(renderer: Any, state: SessionState, seen: list[dict[str, Any]],
+def plan_for_session(renderer: Any, state: CallHistory, seen: list[dict[str, Any]],
                      tools: list[dict[str, Any]] | None, tool_choice: Any) -> tuple[PromptPlan, int | None]:
     """(the prompt plan, the parent step's index) for a call showing the model ``seen``."""
     fallback: PromptPlan | None = None
@@ -55,7 +55,7 @@ def _may_extend(previous: PreviousTurn, seen: list[dict[str, Any]]) -> bool:
         canonical_message(previous.messages[0]) == canonical_message(seen[0])
 
 
-def _fork_point(state: SessionState, seen: list[dict[str, Any]]) -> int | None:
+def _fork_point(state: CallHistory, seen: list[dict[str, Any]]) -> int | None:
     """The recent step whose history shares the most leading messages with ``seen`` (None: none shares any)."""
     canonical = [canonical_message(m) for m in seen]
     best, best_index = 0, None

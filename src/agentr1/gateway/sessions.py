@@ -9,27 +9,28 @@ API key (`Authorization: Bearer a1s-...`). Calls with none of these go to an aut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 from starlette.requests import Request
 
-from agentr1.core.rendering import PreviousTurn, canonical_message
+from agentr1.core.rendering import canonical_message
+from agentr1.gateway.call_history import CallHistory
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.sampling_override import SamplingOverride, sampling_override
 from agentr1.store import (
     NewSession,
     SessionEnd,
     SessionExists,
-    StepRecord,
     StoreError,
     TraceStore,
     UnknownSession,
@@ -57,28 +58,12 @@ class SessionState:
     id: str
     run_id: str | None
     status: str
-    next_index: int = 0
-    previous: list[tuple[int, PreviousTurn]] = field(default_factory=list)  # the choices of the last call
-    previous_parent: int | None = None  # the parent of those choices: a client retry continues from it too
-    previous_drift: bool = False  # whether the last call drifted: its retry has the same prompt, so drifts too
-    last_call: list[int] = field(default_factory=list)  # the last call's own step indices (a retry replaces these)
-    recent: list[tuple[int, PreviousTurn]] = field(default_factory=list)  # the last steps: where a branch may fork
+    history: CallHistory = field(default_factory=CallHistory)  # changed by calls only in SessionRegistry.recording
     auto: bool = False
     implicit: bool = False  # created by a call (auto, or named in a URL), not by POST /sessions: see discard_unused
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # taken by a call to plan its prompt and to record
     in_flight: int = 0  # calls of this session between attribution and their end (streamed ones included)
     sampling: SamplingOverride | None = None  # how every call of the session is decoded (metadata "sampling")
-
-
-def previous_from_step(step: StepRecord) -> PreviousTurn:
-    return PreviousTurn(
-        messages=step.messages_seen,
-        tools=step.tools,
-        prompt_ids=step.observation_ids,
-        action_ids=step.action_ids,
-        assistant_message=step.action.get("message") or {"role": "assistant", "content": step.action.get("content")},
-        prefill=step.action.get("prefill") or "",
-    )
 
 
 def _prefix_keys(messages: list[dict[str, Any]]) -> list[str]:
@@ -166,13 +151,7 @@ class SessionRegistry:
             raise APIError(404, f"no session with id {session_id!r}", code="session_not_found") from exc
         last = await asyncio.to_thread(self.store.last_step, session_id)
         state = SessionState(
-            id=record.id, run_id=record.run_id, status=record.status,
-            next_index=0 if last is None else last.index + 1,
-            previous=[] if last is None else [(last.index, previous_from_step(last))],
-            previous_parent=None if last is None else last.parent_index,
-            previous_drift=False if last is None else last.drift,
-            last_call=[] if last is None else [last.index],
-            recent=[] if last is None else [(last.index, previous_from_step(last))],
+            id=record.id, run_id=record.run_id, status=record.status, history=CallHistory.after(last),
             auto=bool(record.metadata.get("auto")),
             implicit=bool(record.metadata.get("auto") or record.metadata.get("created_on_first_call")),
             sampling=sampling_override(record.metadata),
@@ -212,13 +191,27 @@ class SessionRegistry:
         flight and none stored a step: a refused call leaves nothing behind. Whether it did. The state is
         forgotten before the store is asked (in place, on the loop, with SQLite), so a later call of the same name
         finds the session anew or creates it again."""
-        if not state.implicit or state.in_flight or state.next_index or state.status != "running":
+        if not state.implicit or state.in_flight or state.history.next_index or state.status != "running":
             return False
         if self._states.get(state.id) is state:
             del self._states[state.id]
         state.status = "discarded"  # a call still holding this state (none should) is refused, not recorded
         return bool(await _in_place_or_thread(lambda: self.store.try_discard_session(state.id),
                                               lambda: self.store.discard_session(state.id)))
+
+    @contextlib.asynccontextmanager
+    async def recording(self, state: SessionState) -> AsyncIterator[CallHistory]:
+        """A call's changes to its session's history, as one transaction: under the session's lock (concurrent calls
+        of a session get distinct step indices; none plans against a step whose write is undecided), and undone
+        whole when the block raises (the steps were not stored: the agent's retry takes the same indices and
+        continues the last stored step, no gap, no false drift)."""
+        async with state.lock:
+            saved = state.history.snapshot()
+            try:
+                yield state.history
+            except Exception:
+                state.history.restore(saved)
+                raise
 
     def _remember(self, state: SessionState) -> None:
         self._states[state.id] = state
