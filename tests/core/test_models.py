@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-from agentr1.core import models
+from agentr1.core import model_cache
 from agentr1.core.models import build_tiny_random_model, models_cache_dir, resolve_model
 
 CALCULATOR = {
@@ -139,7 +139,7 @@ def test_concurrent_first_builds_build_once_and_atomically(tmp_path):
 
     def worker() -> None:
         started.wait()
-        models._build_atomically(tmp_path / "m", "test", build)
+        model_cache.build_atomically(tmp_path / "m", "test", build)
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
@@ -161,10 +161,10 @@ def test_incomplete_cache_is_rebuilt_and_failed_builds_leave_nothing(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError):
-        models._build_atomically(target, "test", failing)
+        model_cache.build_atomically(target, "test", failing)
     assert (target / "half-written").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
-    models._build_atomically(target, "test", lambda out: (out / "ok").write_text(""))
+    model_cache.build_atomically(target, "test", lambda out: (out / "ok").write_text(""))
     assert sorted(p.name for p in target.iterdir()) == ["agentr1_model.json", "ok"]
 
 

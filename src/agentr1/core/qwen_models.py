@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentr1.core.model_cache import build_atomically, is_complete, models_cache_dir, offline_hub, save_random_model
 from agentr1.core.model_packages import (
     ModelFetchError,
     PackagedModel,
@@ -36,7 +37,6 @@ from agentr1.core.model_packages import (
     verified_gguf,
     verify_gguf_metadata,
 )
-from agentr1.core.models import _build_atomically, _is_complete, _offline, models_cache_dir, save_random_model
 
 __all__ = [
     "TINY_QWEN_DIRNAME",
@@ -69,7 +69,7 @@ def _added_tokens(gguf: Path) -> list[tuple[int, str, bool]]:
 
 def qwen_tokenizer_from_gguf(gguf: Path, *, context_length: int = 32768) -> Any:
     """Qwen2.5's tokenizer from the GGUF, with the fixes listed in the module docstring."""
-    _offline()
+    offline_hub()
     from tokenizers import AddedToken, Tokenizer
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -108,7 +108,7 @@ def _tie_to_output(model: Any) -> None:
 
 def _converter(spec: PackagedModel, gguf: Path, report: Report) -> Any:
     def build(out: Path) -> None:
-        _offline()
+        offline_hub()
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         started = time.monotonic()
@@ -144,11 +144,11 @@ def ensure_packaged_model(name: str | PackagedModel, cache_dir: str | os.PathLik
         raise ValueError(f"{name!r} is not a packaged model")
     root = Path(cache_dir).expanduser() if cache_dir is not None else models_cache_dir()
     target = root / spec.dirname
-    if _is_complete(target, spec.name):
+    if is_complete(target, spec.name):
         return target
     report(f"{spec.title} is not in the model cache ({target}): fetching and converting it once")
     gguf = verified_gguf(spec, root, wheels=Path(wheels) if wheels is not None else None, report=report)
-    path = _build_atomically(target, spec.name, _converter(spec, gguf, report))
+    path = build_atomically(target, spec.name, _converter(spec, gguf, report))
     report(f"{spec.name} ready: {path}")
     return path
 
@@ -156,7 +156,7 @@ def ensure_packaged_model(name: str | PackagedModel, cache_dir: str | os.PathLik
 def build_tiny_random_qwen(path: str | os.PathLike[str], *, base: str | os.PathLike[str], seed: int = 0) -> Path:
     """A tiny random Qwen2 (2 layers, hidden 64, 4 heads, tied embeddings) with the tokenizer and chat
     template of the converted model in ``base``, saved to ``path``; deterministic in ``seed``."""
-    _offline()
+    offline_hub()
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -178,5 +178,5 @@ def ensure_tiny_qwen(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     tokenizer (from the 0.5B model, fetched and converted first when it is not cached)."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else models_cache_dir()
     base = ensure_packaged_model("qwen2.5-coder-0.5b", root)
-    return _build_atomically(root / TINY_QWEN_DIRNAME, "tiny-qwen",
+    return build_atomically(root / TINY_QWEN_DIRNAME, "tiny-qwen",
                              lambda out: build_tiny_random_qwen(out, base=base))

@@ -22,15 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agentr1.core.models import (
-    SMOLLM2_DIRNAME,
-    _build_atomically,
-    _is_complete,
-    _offline,
-    _smollm2_tokenizer_from_gguf,
-    models_cache_dir,
-    save_random_model,
-)
+from agentr1.core.model_cache import build_atomically, is_complete, models_cache_dir, offline_hub, save_random_model
+from agentr1.core.models import SMOLLM2_DIRNAME, _smollm2_tokenizer_from_gguf
 
 __all__ = ["IMAGE_TOKENS", "TINY_VLM_DIRNAME", "build_tiny_random_vlm", "ensure_tiny_vlm", "is_vlm_dir",
            "load_vlm_processor"]
@@ -60,13 +53,13 @@ def build_tiny_random_vlm(path: str | os.PathLike[str], *, base: str | os.PathLi
 
     ``base``: a HF directory whose SmolLM2 tokenizer is reused (default: the converted SmolLM2 if
     cached, else the tokenizer is built from the GGUF)."""
-    _offline()
+    offline_hub()
     from transformers import AutoTokenizer, GenerationConfig, Idefics3Config, Idefics3ForConditionalGeneration
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
     from transformers.models.idefics3.processing_idefics3 import Idefics3Processor
 
     out = Path(path)
-    if base is None and _is_complete(models_cache_dir() / SMOLLM2_DIRNAME, "smollm2"):
+    if base is None and is_complete(models_cache_dir() / SMOLLM2_DIRNAME, "smollm2"):
         base = models_cache_dir() / SMOLLM2_DIRNAME
     tokenizer = AutoTokenizer.from_pretrained(base) if base is not None else _smollm2_tokenizer_from_gguf()
     tokenizer.add_special_tokens({"additional_special_tokens": list(IMAGE_TOKENS)},
@@ -102,7 +95,7 @@ def build_tiny_random_vlm(path: str | os.PathLike[str], *, base: str | os.PathLi
 def ensure_tiny_vlm(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """A cached tiny random VLM (``<cache_dir>/tiny-random-idefics3-smollm2``), built on first use."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else models_cache_dir()
-    return _build_atomically(root / TINY_VLM_DIRNAME, "tiny-vlm", build_tiny_random_vlm)
+    return build_atomically(root / TINY_VLM_DIRNAME, "tiny-vlm", build_tiny_random_vlm)
 
 
 def is_vlm_dir(path: str | os.PathLike[str]) -> bool:
@@ -131,7 +124,7 @@ def load_vlm_processor(path: str | os.PathLike[str]) -> object:
     image-token expansion is SmolVLM's for images."""
     import json
 
-    _offline()
+    offline_hub()
     from transformers import AutoProcessor
     from transformers.utils import is_torchvision_available
 

@@ -20,7 +20,7 @@ import hashlib
 from typing import Any
 
 from agentr1.sdk.client import arequest, request
-from agentr1.sdk.rollout import _learn_last_step, _reward_call, _stale
+from agentr1.sdk.step_target import alearn_last_step, learn_last_step, step_reward_call
 
 __all__ = ["ANCHOR_PREFIX", "MAX_ANCHOR_TEXT", "aanchor", "anchor", "anchor_name", "anchor_of_reward_name"]
 
@@ -47,20 +47,18 @@ def anchor_call(text: str, step: int | str | None) -> tuple[Any, ...]:
     """The request (method, path, session, body) that records anchor ``text`` on ``step``."""
     if step is None:
         raise ValueError("an anchor belongs to a step: give step='last' or a step index")
-    return _reward_call(0.0, anchor_name(text), step, "environment")
+    return step_reward_call(0.0, anchor_name(text), step, "environment")
 
 
 def anchor(text: str, *, step: int | str = "last") -> None:
     """Record ``text`` as the anchor state of a step of the current session (default: the newest)."""
-    if (active := _stale(step)) is not None:  # after a streamed answer: learn the newest step index first
-        _learn_last_step(active, request("GET", f"/sessions/{active.id}", active))
+    learn_last_step(step)  # after a streamed answer: learn the newest step index first
     method, path, sess, body = anchor_call(text, step)
     request(method, path, sess, json=body)
 
 
 async def aanchor(text: str, *, step: int | str = "last") -> None:
     """:func:`anchor` for async code."""
-    if (active := _stale(step)) is not None:
-        _learn_last_step(active, await arequest("GET", f"/sessions/{active.id}", active))
+    await alearn_last_step(step)
     method, path, sess, body = anchor_call(text, step)
     await arequest(method, path, sess, json=body)

@@ -10,18 +10,19 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, overload
 
 from agentr1.sdk import propagation
+from agentr1.sdk.anchors import anchor_call
 from agentr1.sdk.client import (
     arequest,
     as_session,
     create_call,
     finish_call,
     request,
-    reward_call,
     shared_ssl_context,
 )
 from agentr1.sdk.context import ActiveSession, current_session, reset_current, set_current
 from agentr1.sdk.errors import GatewayConnectionError, NoActiveSession, SessionAlreadyFinished
 from agentr1.sdk.failures import failure_error_text, tagged_error
+from agentr1.sdk.step_target import alearn_last_step, learn_last_step, step_reward_call
 
 log = logging.getLogger("agentr1.sdk")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -169,29 +170,6 @@ class session:
         reset_current(self._token)
 
 
-def _reward_call(value: float, name: str, step: int | str | None, source: str) -> tuple[Any, ...]:
-    active = current_session()
-    if active is None:
-        raise NoActiveSession("reward() needs an active session: call it inside @rollout or `with session(...)`")
-    if step == "last":
-        if active.last_step is None:
-            raise NoActiveSession("step='last': this session has made no model call yet")
-        step = active.last_step
-    return reward_call(active, float(value), name, step if step is None else int(step), source)
-
-
-def _stale(step: int | str | None) -> ActiveSession | None:
-    """The current session when ``step="last"`` cannot be read from response headers (after a stream)."""
-    active = current_session()
-    return active if step == "last" and active is not None and active.last_step_stale else None
-
-
-def _learn_last_step(active: ActiveSession, trace: dict[str, Any]) -> None:
-    indices = [s["index"] for s in trace.get("steps") or []]
-    active.last_step = max(indices) if indices else active.last_step
-    active.last_step_stale = False
-
-
 def fail_session(active: ActiveSession, kind: str, text: str) -> None:
     """Finish ``active`` as failed, its error of failure ``kind`` (:data:`FAILURE_KINDS`), from outside the code
     that ran it: a supervisor whose worker process died with the session open (``agent.processes``)."""
@@ -205,8 +183,7 @@ def reward(value: float, *, name: str = "reward", step: int | str | None = None,
     index, or ``step="last"`` for the newest step the gateway answered in this session.
     ``anchor``: also record that text as the step's anchor state (:func:`agentr1.sdk.anchor`), in the
     same request; both are stored or neither."""
-    if (active := _stale(step)) is not None:
-        _learn_last_step(active, request("GET", f"/sessions/{active.id}", active))
+    learn_last_step(step)
     method, path, sess, body = _reward_with_anchor(value, name, step, source, anchor)
     request(method, path, sess, json=body)
 
@@ -214,19 +191,16 @@ def reward(value: float, *, name: str = "reward", step: int | str | None = None,
 async def areward(value: float, *, name: str = "reward", step: int | str | None = None,
                   source: str = "agent", anchor: str | None = None) -> None:
     """:func:`reward` for async code (does not block the event loop)."""
-    if (active := _stale(step)) is not None:
-        _learn_last_step(active, await arequest("GET", f"/sessions/{active.id}", active))
+    await alearn_last_step(step)
     method, path, sess, body = _reward_with_anchor(value, name, step, source, anchor)
     await arequest(method, path, sess, json=body)
 
 
 def _reward_with_anchor(value: float, name: str, step: int | str | None, source: str,
                         anchor: str | None) -> tuple[Any, ...]:
-    method, path, sess, body = _reward_call(value, name, step, source)
+    method, path, sess, body = step_reward_call(value, name, step, source)
     if anchor is None:
         return method, path, sess, body
-    from agentr1.sdk.anchors import anchor_call  # (anchors builds on this module)
-
     return method, path, sess, [anchor_call(anchor, step)[3], body]
 
 
