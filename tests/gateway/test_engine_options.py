@@ -17,9 +17,9 @@ from agentr1.gateway import GatewaySettings
 from agentr1.gateway.backends import LocalBackend, local_backend
 
 FLAGS = ("--device", "cpu", "--engine-dtype", "float32", "--max-batch-size", "3", "--prefill-budget", "48",
-         "--no-engine-exact", "--cache-gb", "0.25")
+         "--no-engine-exact", "--engine-threads", "1", "--cache-gb", "0.25")
 EXPECTED = EngineOptions(device="cpu", dtype="float32", max_batch_size=3, prefill_budget=48, exact=False,
-                         cache_bytes=2**28)
+                         num_threads=1, cache_bytes=2**28)
 
 
 def settings_of(monkeypatch: Any, model: Path, *flags: str) -> GatewaySettings:

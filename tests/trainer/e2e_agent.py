@@ -82,3 +82,16 @@ def solve_seeded(task: dict) -> str:
     messages = [{"role": "user", "content": task["question"]}]
     reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=8, temperature=1.0, seed=11)
     return reply.choices[0].message.content or ""
+
+
+def chains_with_forced_calls(split: str, n: int, seed: int, **demo_kwargs: float) -> list[dict]:
+    """The laptop demo's chains (``examples.chains.tasks.make_demo_tasks``), every other one with each of its calls
+    forced to be a calculator call (``tool_choice`` required, 3 steps): episodes of several calls, each prompt
+    extending the one before, even from a model that never calls a tool by itself."""
+    from examples.chains.tasks import make_demo_tasks
+
+    rows = make_demo_tasks(split, n, seed, **demo_kwargs)
+    for row in rows[::2]:
+        row["env_kwargs"]["sampling"]["tool_choice"] = "required"
+        row["env_kwargs"]["max_steps"] = 3
+    return rows

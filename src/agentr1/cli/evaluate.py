@@ -3,7 +3,10 @@
 On the job's test split by default (``--split test``: tasks held out from training and from choosing settings, the
 split for claims); ``--split val`` evaluates on the tasks settings are chosen on. The job's dtypes are fitted to this
 machine as ``agentr1 train`` fits them (``agentr1.cli.train.load_job``), so a checkpoint is served in the dtype its
-job trains in. Progress (episodes done, success so far, elapsed, time left) goes to stderr as episodes end.
+job trains in (the answer's ``engine_dtype`` names the dtype served). Progress (episodes done, success so far, elapsed,
+time left) goes to stderr as episodes end. On the CPU the greedy pass is reproducible: the same checkpoint gives the
+same episodes every time on the same machine, whatever the load and concurrency (``--reproducible``, the default:
+``agentr1.trainer.evaluate.reproducible_settings``).
 
 Greedy pass@1 (temperature 0 on every call) and K samples a task at the sampling temperature (mean@K, pass@K,
 maj@K), each with a 95% bootstrap interval (agentr1.trainer.eval_metrics). The gateway applies the decoding to
@@ -49,6 +52,10 @@ def evaluate(
     output: Path = typer.Option(None, "--output", help="Also write the whole answer, each task's outcomes "
                                 "included, to this JSON file."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    reproducible: bool = typer.Option(True, "--reproducible/--job-engine", help="On the CPU, serve with the "
+                                      "engine's exact prefill (engine_exact), so that the greedy pass gives the same "
+                                      "episodes every time on this machine, whatever runs beside it; --job-engine: the "
+                                      "job's own engine settings (as its rollouts and validation run)."),
 ) -> None:
     """Evaluate a checkpoint (greedy@1, mean@K, pass@K, maj@K with 95% intervals), or compare two."""
     import asyncio
@@ -69,7 +76,7 @@ def evaluate(
         title = None if quiet else " ".join(["eval", suffix.strip("-"), split] if suffix else ["eval", split])
         try:
             return asyncio.run(evaluate_checkpoint(job, model, split=split, protocol=protocol, run_id=rid,
-                                                   progress_title=title))
+                                                   progress_title=title, reproducible=reproducible))
         except ValueError as exc:
             if f"no {split} tasks" not in str(exc):
                 raise

@@ -61,6 +61,9 @@ class GatewaySettings(BaseSettings):
         "auto", description="Local backend: dtype of the weights and the KV cache (auto: bfloat16 on a GPU, float32 on "
         "the CPU). bfloat16 on a CPU with AVX-512 BF16 or AMX runs the matrix products 2.5-3x faster than float32 "
         "(log-probabilities then carry bfloat16's rounding, as on a GPU). docs/benchmarks.md")
+    engine_threads: int | None = Field(None, ge=1, description="Local backend on the CPU: the engine's torch threads "
+                                       "(default: of the counts up to the cores other work leaves free, the fastest). "
+                                       "What it samples does not depend on it. docs/evaluation.md")
     cache_gb: float | None = Field(None, gt=0, description="Local backend: GiB for the KV cache (running rows and cached "
                                    "prefixes; default a quarter of the GPU memory free at start, 1 GiB on the CPU). Set "
                                    "it when several engines share one GPU: each default takes a quarter of what is left.")
@@ -137,6 +140,7 @@ class GatewaySettings(BaseSettings):
         """The embedded engine's options (the ``local`` backend): the device, batch size and engine flags above."""
         return EngineOptions(device=self.device, dtype=self.engine_dtype, max_batch_size=self.max_batch_size,
                              compile=self.engine_compile, prefill_budget=self.prefill_budget, exact=self.engine_exact,
+                             num_threads=self.engine_threads,
                              cache_bytes=None if self.cache_gb is None else int(self.cache_gb * 2**30))
 
     def base_url(self, request_base: str) -> str:

@@ -21,13 +21,15 @@ from agentr1.sdk import configure
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.agent_session import use_session_threads
 from agentr1.trainer.config import JobConfig, ValidationSampling
+from agentr1.trainer.cpu_dtypes import runs_on_cpu
 from agentr1.trainer.eval_metrics import TaskResult, final_answer, protocol_metrics
 from agentr1.trainer.eval_progress import EvalProgress, ScoredAsTheyEnd
 from agentr1.trainer.rollout import AgentRunner, collect
 from agentr1.trainer.scoring import Scored, Scorer, answerable, outcome_metrics
 from agentr1.trainer.tasks import SPLITS, load_tasks
 
-__all__ = ["ProtocolRun", "evaluate_checkpoint", "run_and_score", "run_protocol", "task_results"]
+__all__ = ["ProtocolRun", "evaluate_checkpoint", "reproducible_settings", "run_and_score", "run_protocol",
+           "task_results"]
 
 
 async def run_and_score(runner: AgentRunner, tasks: list[dict[str, Any]], scorer: Scorer, *, n: int, run_id: str,
@@ -122,27 +124,53 @@ def _final_reply(session: SessionRecord) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str) -> tuple[Any, GatewaySettings]:
+def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str, *, reproducible: bool
+                      ) -> tuple[Any, GatewaySettings]:
     """The checkpoint on the embedded engine, with the job's engine options (``rollout.engine_dtype``, ...): an
-    evaluation is served as the job's rollouts are, whichever backend the job trains with."""
+    evaluation is served as the job's rollouts are, whichever backend the job trains with; ``reproducible``: on the
+    CPU with the engine's exact prefill whatever the job says (:func:`reproducible_settings`)."""
     from agentr1.trainer.serving import gateway_settings
 
     model = resolve_model(checkpoint or job.actor_rollout_ref.model)
     settings = gateway_settings(job, model=model, run_id=run_id).model_copy(update={
         "backend": "local", "backend_urls": [], "launch": False, "served_model_name": "policy"})
-    return model, settings
+    return model, reproducible_settings(settings) if reproducible else settings
+
+
+def reproducible_settings(settings: GatewaySettings) -> GatewaySettings:
+    """``settings`` for an evaluation whose greedy pass gives the same episodes every time on this machine: on the CPU
+    the embedded engine prefills in exact mode (``engine_exact``: a prompt's keys and values are the same bits
+    whether it was prefilled whole, in pieces or reused from another session's cached prefix; otherwise which
+    prefixes are cached, and so a call's bits, depends on the order the episodes' calls came in). The engine's
+    decode steps and sampling are the same bits alone or in company and on any thread count by themselves
+    (``agentr1.engine.batch``, ``sampling``). On a GPU the job's settings stay: cuBLAS sums in orders that change with
+    the batch, and no setting makes its results independent of the rows beside them."""
+    if runs_on_cpu(settings.device):
+        return settings.model_copy(update={"engine_exact": True})
+    return settings
+
+
+def _served_on(gateway: EmbeddedGateway, settings: GatewaySettings) -> tuple[str, str]:
+    """The dtype and the device the embedded engine serves on, ``auto`` resolved (float32 on the CPU, bfloat16 on a
+    GPU; a GPU where there is one)."""
+    engine = getattr(gateway.backend, "engine", None)
+    dtype, device = getattr(engine, "dtype", None), getattr(engine, "device", None)
+    return (settings.engine_dtype if dtype is None else str(dtype).removeprefix("torch."),
+            settings.device if device is None else str(device))
 
 
 async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "test",
                               protocol: ValidationSampling | None = None, run_id: str | None = None,
-                              progress_title: str | None = None) -> dict[str, Any]:
+                              progress_title: str | None = None, reproducible: bool = True) -> dict[str, Any]:
     """Serve ``checkpoint`` (default: the job's model) through an embedded gateway and evaluate it on the
     ``split``'s tasks (``test``: the split for claims; ``val``: the one settings are chosen on; ``train``)
     under ``protocol`` (default: a greedy pass and one sample a task as the agent asks).
     The answer: the model, the store run, the split, the engine's dtype, counts and the protocol's metrics
     (``val-core/<source>/acc/...``, verl's name for held-out metrics, whatever the split), plus ``success``/``reward``
     of the sampled runs (``success_greedy`` of the greedy pass) and, under ``tasks_detail``, each task's outcomes
-    (for paired comparisons). ``progress_title``: show the progress on stderr under this title (None: silent)."""
+    (for paired comparisons). ``progress_title``: show the progress on stderr under this title (None: silent).
+    ``reproducible``: on the CPU the greedy pass gives the same episodes every time (:func:`reproducible_settings`);
+    False: the job's own engine settings (its rollouts' and validation's)."""
     if job.agent is None:
         raise ValueError("evaluation needs `agent` in the config")
     if split not in SPLITS:
@@ -150,7 +178,7 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
     protocol = protocol or ValidationSampling()
     tasks = load_tasks(job.data, split)
     run_id = run_id or f"{job.run_name}-eval-{int(time.time())}"
-    model, settings = _serve_checkpoint(job, checkpoint, run_id)
+    model, settings = _serve_checkpoint(job, checkpoint, run_id, reproducible=reproducible)
     episodes = len(tasks) * (int(protocol.greedy) + protocol.n)
     progress = None if progress_title is None else EvalProgress(episodes, title=progress_title)
     store = TraceStore.open(job.db)
@@ -158,6 +186,7 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
     use_session_threads(rollout.max_concurrency)
     try:
         with EmbeddedGateway(settings, store=store) as gateway:
+            dtype, device = _served_on(gateway, settings)
             configure(gateway.url)
             runner = AgentRunner(job.agent)
             try:
@@ -171,7 +200,8 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
         if progress is not None:
             progress.close()
     answer: dict[str, Any] = {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks),
-                              "engine_dtype": settings.engine_dtype, "device": settings.device,
+                              "engine_dtype": dtype, "device": device,
+                              "reproducible": reproducible and runs_on_cpu(device),
                               "protocol": protocol.model_dump()}
     if run.sampled is not None:
         answer.update(samples=len(run.sampled.sessions), failed=run.sampled.report.failed,
