@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The seven advantage estimators on the arithmetic chains (issue 17), and SFT vs SFT+RL (issue 16), on one H200:
 # SFT for seeds 1-3 at once, then RL from each seed's SFT checkpoint for every estimator x seed (21 runs) at once,
-# each run's held-out success at the end (step 0 = the seed's SFT evaluation), then the table and curves.
+# each run's success on held-out test chains at the end (step 0 = the seed's SFT evaluation), then the table and curves.
 # Recipes: examples/chains/estimators/<estimator>.yaml (identical but for algorithm.*); the task, the held-out
 # chains and the agent are examples/chains/train_gpu.yaml's (scripts/gpu/chains_h200.sh, scripts/gpu/stages.sh).
 #
@@ -22,7 +22,8 @@
 # RL_TRAIN_END_S (1020 s) after the `start` call began -- whatever step a run reached -- so that the evaluations
 # end inside the next call (start: 600 s, a gap, watch: 570 s; each evaluation ~1-3 min with 21 processes at once);
 # `resume` trains until RL_WALL_S (600 s) from its launch. Each run, once it stops, evaluates its last checkpoint on
-# the VAL (128) held-out chains, one sample each at temperature 1.0 (step 0: the seed's SFT evaluation). The table
+# VAL (128) held-out chains of the test split (`agentr1 eval --split test`: held out from training and from choosing
+# settings), one sample each at temperature 1.0 (step 0: the seed's SFT evaluation, on the same chains). The table
 # gives the steps each run reached: a run cut before RL_STEPS is marked.
 # Layout: $RUN (/tmp/agentr1-compare): traces.db (demos, SFT evaluations), results/seed<k>/ (SFT, stages.sh),
 # results/rl/<estimator>/seed<k>/ (the RL run: metrics.jsonl, train.log, eval.json, eval_stats.json, run.json),
@@ -64,7 +65,8 @@ rl_run() {
   left=$((deadline - $(date +%s)))
   [ "$left" -gt 10 ] || { echo "{\"estimator\": \"$name\", \"seed\": $seed, \"skipped\": \"no time left\"}" > "$dir/run.json"; return; }
   started=$(date +%s.%N)
-  # data.val_size=1: the trainer's own evaluations (before and after) cost one chain; the 128 come after (rl_eval)
+  # data.val_size=1: the trainer's own evaluations (before and after) cost one chain; the VAL test chains come after
+  # (rl_eval)
   timeout --signal=INT --kill-after=60 "$left" "${AGENTR1[@]}" train "examples/chains/estimators/$name.yaml" \
     "db=sqlite:///$dir/traces.db" "data.val_size=1" "trainer.device=$DEVICE" "run_name=chains-$name-s$seed" \
     "actor_rollout_ref.model=$(last_json "$OUT/seed$seed/sft.json" checkpoint)" "trainer.seed=$seed" \
@@ -89,14 +91,15 @@ PY
   rl_eval "$name" "$seed"  # at once: runs that end early are evaluated while the others train
 }
 
-# the held-out evaluation of a run's last checkpoint, into that run's own store (21 at once: one SQLite each)
+# the held-out evaluation of a run's last checkpoint on VAL chains of the test split, into that run's own store (21 at
+# once: one SQLite each)
 rl_eval() {
   local name=$1 seed=$2 dir=$RL/$1/seed$2 ckpt
   cd "$REPO"
   ckpt=$(last_checkpoints "$dir" | tail -n1)
   [ -n "$ckpt" ] || { echo "no checkpoint in $dir" >&2; return 0; }
-  "${AGENTR1[@]}" eval "${JOB[@]}" "db=sqlite:///$dir/eval.db" --checkpoint "$ckpt/hf" \
-    --run-id "chains-$name-s$seed-eval" 2> "$dir/eval.log" | tail -n1 > "$dir/eval.json" || true
+  "${AGENTR1[@]}" eval "${JOB[@]}" "db=sqlite:///$dir/eval.db" "data.test_size=$VAL" --split test \
+    --checkpoint "$ckpt/hf" --run-id "chains-$name-s$seed-eval" 2> "$dir/eval.log" | tail -n1 > "$dir/eval.json" || true
   echo "{\"step\": ${ckpt##*step_}}" > "$dir/eval_step.json"
   "${PY[@]}" scripts/gpu/episode_stats.py "$dir/eval.db" "chains-$name-s$seed-eval" "$dir/eval_stats.json" > /dev/null \
     || echo "no evaluation for $name seed $seed (eval.log)" >&2
@@ -139,7 +142,7 @@ stage_driver() {
   wait_for_children_but "$pruner"
   touch "$RUN/DONE"
   wait
-  stage "done: every run trained and evaluated on the $VAL held-out chains"
+  stage "done: every run trained and evaluated on the $VAL held-out chains of the test split"
 }
 
 # wait for every background job but the pruner ($1)

@@ -1,9 +1,10 @@
 # Untrained -> SFT -> SFT+RL on one GPU, several seeds: the stages shared by alfworld_h200.sh, gsm8k_h200.sh and
 # chains_h200.sh (compare_h200.sh uses its SFT stages). A recipe script sets, then sources this file from the
 # repository root and calls `stages_main "$@"`:
-#   RECIPE     short name (runs, folders)         TRAIN_CFG  the GPU RL config (its held-out set is the eval set)
+#   RECIPE     short name (runs, folders)         TRAIN_CFG  the GPU RL config (its test split is the eval set)
 #   SFT_CFG    the SFT config                     DEMOS_FN   module:function returning the expert demonstrations
-#   DEMOS EPOCHS RL_STEPS VAL   demonstrations, SFT epochs, GRPO steps, held-out tasks (environment overrides)
+#   DEMOS EPOCHS RL_STEPS VAL   demonstrations, SFT epochs, GRPO steps, held-out tasks of every evaluation
+#              (environment overrides; VAL sets data.test_size and data.val_size)
 #   SWEEP      SFT budgets to try (numbers of demonstrations), for `sweep` and for `start` when set
 #   RL_ARGS    extra key=value overrides of the RL run (space-separated), e.g. "actor_rollout_ref.rollout.n=4"
 #   JOB_ARGS   extra key=value overrides of every evaluation and of the RL run, e.g. "agent.timeout_s=3600"
@@ -21,25 +22,28 @@
 #                              result file and one of the evaluation stores (for `agentr1 view`) into $OUT
 #   <script> pipeline          what `start` launches: the untrained evaluation and the demonstrations at once;
 #                              with SWEEP, SFT of seed 1 on each budget at once, then DEMOS := the budget whose
-#                              held-out success is nearest TARGET (0.35; sweep_choice.json says which and why);
+#                              success on the val split is nearest TARGET (0.35; sweep_choice.json says which and why);
 #                              SFT of every seed at once; each seed's RL as soon as its SFT is done, all at once,
 #                              until RL_STEPS or PIPELINE_S (1500) s after the launch, whichever comes first; then
 #                              each RL run's last checkpoint on the held-out tasks; summary and figure
 # One stage at a time (each in its own call; `all` runs them in turn):
-#   <script> base          the untrained policy on the VAL held-out tasks
+#   <script> base          the untrained policy on VAL held-out tasks of the test split
 #   <script> demos         the expert's DEMOS demonstrations replayed into the store (once; shared by the seeds)
 #   <script> sft SEED      SFT (data order and init seeded), then the SFT checkpoint on the held-out tasks
 #   <script> rl SEED       GRPO from that seed's SFT checkpoint, then its last checkpoint on the held-out tasks
 #                          (LIMIT_S: the training command's time limit, GPU default 540 s; it saves every SAVE_FREQ
 #                          (5) steps and `rl SEED` again resumes it)
-#   <script> sweep         for each n in SWEEP: SFT (seed 1) on the first n demonstrations and its held-out success
+#   <script> sweep         for each n in SWEEP: SFT (seed 1) on the first n demonstrations and its success on the val
+#                          split (a setting is chosen on val, never on test)
 #   <script> all           base, demos, then sft and rl for each of $SEEDS (default "1 2 3"), then summary and plot
 #   <script> summary       $RESULTS/summary.json: per stage the held-out success of each seed, mean and spread
 #   <script> plot          $RESULTS/${RECIPE}_curves.png: held-out success per stage and seed, the RL runs' curves
 # $RUN (/tmp/agentr1-$RECIPE) keeps the stores, checkpoints and $RESULTS ($RUN/results) between calls; `collect`
 # packs the results into $OUT (default out/gpu-$RECIPE). Every evaluation has a store of its own
 # ($RUN/evals/<run id>.db): small enough to bring back and open in the viewer.
-# Evaluation: one sample per held-out task at the configs' rollout temperature (1.0), unless EVAL_ARGS says otherwise.
+# Evaluation: `agentr1 eval --split test` (tasks held out from training and from choosing settings: the split for
+# claims; docs/evaluation.md), one sample per task at the configs' rollout temperature (1.0), unless EVAL_ARGS says
+# otherwise; the sweep's evaluations run on the val split (they choose DEMOS).
 # DEVICE=cpu runs the same stages on this machine with .venv (a dry run: add MODEL=<a tiny model dir> and small
 # sizes); MODEL replaces the starting model (SmolLM2-135M-Instruct) of both SFT and the untrained evaluation.
 OUT=${OUT:-$PWD/out/gpu-$RECIPE}
@@ -72,16 +76,16 @@ stages_setup() {
 }
 
 stage() { echo; echo "== $RECIPE: $* ($(date +%T))"; }
-# evaluate on the held-out tasks into run $1 (in a store of its own), result line to $2 (extra arguments:
-# --checkpoint DIR); a crash of the process after it printed its result (seen on an overloaded CPU) does not lose
-# the result
+# evaluate on VAL held-out tasks of split $3 (test: the claims'; val: for choosing a setting) into run $1 (in a
+# store of its own), result line to $2 (extra arguments: --checkpoint DIR); a crash of the process after it printed
+# its result (seen on an overloaded CPU) does not lose the result
 held_out_eval() {
-  local run_id=$1 out=$2 db=$RUN/evals/$1.db
-  shift 2
+  local run_id=$1 out=$2 split=$3 db=$RUN/evals/$1.db
+  shift 3
   rm -f "$db"  # an evaluation again (a resumed stage) starts its store anew
   # shellcheck disable=SC2086
-  "${AGENTR1[@]}" eval "${JOB[@]}" "db=sqlite:///$db" "$@" ${EVAL_ARGS:-} --output "${out%.json}_tasks.json" \
-    --run-id "$run_id" | tail -n1 | tee "$out" || true
+  "${AGENTR1[@]}" eval "${JOB[@]}" "db=sqlite:///$db" "data.test_size=$VAL" "$@" --split "$split" ${EVAL_ARGS:-} \
+    --output "${out%.json}_tasks.json" --run-id "$run_id" | tail -n1 | tee "$out" || true
   grep -q '"success"' "$out" || { echo "evaluation $run_id gave no result" >&2; return 1; }
   basename "$db" > "${out%.json}_store.txt"
   "${PY[@]}" scripts/gpu/episode_stats.py "$db" "$run_id" "${out%.json}_stats.json"
@@ -110,8 +114,8 @@ prune_checkpoints() {
 }
 
 stage_base() {
-  stage "untrained policy on $VAL held-out tasks"
-  held_out_eval "$RECIPE-base" "$RESULTS/base.json"
+  stage "untrained policy on $VAL held-out tasks (test split)"
+  held_out_eval "$RECIPE-base" "$RESULTS/base.json" test
 }
 
 # the first N ($1, default DEMOS) expert demonstrations, replayed into the store as run $RECIPE-demos-n<N> (once)
@@ -124,7 +128,7 @@ stage_demos() {
 }
 
 # SFT seed $1 on the first $2 (default DEMOS) demonstrations, results into $3 (default $RESULTS/seed$1), then the
-# SFT checkpoint on the held-out tasks
+# SFT checkpoint on the held-out tasks of split $4 (default test)
 stage_sft() { sft_train "$@" && sft_eval "$@"; }
 
 sft_train() {
@@ -141,14 +145,16 @@ sft_train() {
 }
 
 sft_eval() {
-  local seed=${1:?seed} n=${2:-$DEMOS} dir=${3:-$RESULTS/seed$1}
+  local seed=${1:?seed} n=${2:-$DEMOS} dir=${3:-$RESULTS/seed$1} split=${4:-test}
   local name=${dir#"$RESULTS"/}
-  stage "SFT checkpoint of seed $seed ($n demonstrations) on $VAL held-out tasks"
-  held_out_eval "$RECIPE-sft-${name//\//-}" "$dir/sft_eval.json" --checkpoint "$(last_json "$dir/sft.json" checkpoint)"
+  stage "SFT checkpoint of seed $seed ($n demonstrations) on $VAL held-out tasks ($split split)"
+  held_out_eval "$RECIPE-sft-${name//\//-}" "$dir/sft_eval.json" "$split" \
+    --checkpoint "$(last_json "$dir/sft.json" checkpoint)"
 }
 
 # GRPO from seed $1's SFT checkpoint, until RL_STEPS or the limit ($2 seconds, default LIMIT_S); then the last
-# checkpoint on the held-out tasks (the training run's own evaluations use one task: the held-out ones come after)
+# checkpoint on the test split's held-out tasks (the training run's own evaluations use one val task: the held-out
+# ones come after)
 stage_rl() {
   local seed=${1:?seed} limit_s=${2:-${LIMIT_S:-0}} dir=$RESULTS/seed$1
   local rl=$RUN/seed$seed/rl limit=() ckpt
@@ -164,8 +170,8 @@ stage_rl() {
   ckpt=$(last_checkpoints "$rl" | tail -n1)
   [ -n "$ckpt" ] || { echo "no RL checkpoint of seed $seed in $rl" >&2; return 1; }
   echo "{\"step\": ${ckpt##*step_}, \"steps_wanted\": $RL_STEPS}" > "$dir/rl_step.json"
-  stage "RL checkpoint of seed $seed (step ${ckpt##*step_}) on $VAL held-out tasks"
-  held_out_eval "$RECIPE-rl-s$seed" "$dir/rl_eval.json" --checkpoint "$ckpt/hf"
+  stage "RL checkpoint of seed $seed (step ${ckpt##*step_}) on $VAL held-out tasks (test split)"
+  held_out_eval "$RECIPE-rl-s$seed" "$dir/rl_eval.json" test --checkpoint "$ckpt/hf"
 }
 
 stage_summary() {
@@ -199,10 +205,10 @@ PY
 stage_sweep() {
   local n
   stage "sweep: SFT on the first n demonstrations, n in ${SWEEP:?set SWEEP, e.g. \"32 64 128\"} ($EPOCHS epochs, seed 1)"
-  for n in $SWEEP; do stage_sft 1 "$n" "$RESULTS/sweep/n$n"; done
+  for n in $SWEEP; do stage_sft 1 "$n" "$RESULTS/sweep/n$n" val; done
 }
 
-# DEMOS := the swept budget whose held-out success is nearest TARGET; sweep_choice.json records the sweep
+# DEMOS := the swept budget whose success on the val split is nearest TARGET; sweep_choice.json records the sweep
 choose_budget() {
   "${PY[@]}" - "$RESULTS" "$TARGET" $SWEEP <<'PY'
 import json, sys
@@ -265,6 +271,8 @@ pipeline_seed() {
   cd "$REPO"
   if [ ! -f "$RESULTS/seed$seed/sft.json" ]; then
     sft_train "$seed" "$DEMOS" > "$RUN/sft_s$seed.log" 2>&1 || { echo "SFT of seed $seed failed ($RUN/sft_s$seed.log)"; return 1; }
+  fi
+  if [ ! -s "$RESULTS/seed$seed/sft_eval.json" ]; then  # (the sweep evaluated its seed-1 run on val, not test)
     sft_eval "$seed" "$DEMOS" > "$RUN/sft_eval_s$seed.log" 2>&1 &
     evaluation=$!
   fi
@@ -283,7 +291,7 @@ stage_pipeline() {
   if [ -n "${SWEEP:-}" ]; then
     for n in $SWEEP; do stage_demos "$n" > "$RUN/demos_n$n.log" 2>&1; done  # one at a time: one store
     for n in $SWEEP; do
-      (cd "$REPO"; stage_sft 1 "$n" "$RESULTS/sweep/n$n" > "$RUN/sweep_n$n.log" 2>&1) &
+      (cd "$REPO"; stage_sft 1 "$n" "$RESULTS/sweep/n$n" val > "$RUN/sweep_n$n.log" 2>&1) &
       pids+=($!)
     done
     for n in "${pids[@]}"; do wait "$n" || true; done
@@ -291,6 +299,7 @@ stage_pipeline() {
     stage "sweep: $(cat "$RESULTS/sweep_choice.json") -> DEMOS=$DEMOS"
     mkdir -p "$RESULTS/seed1"
     cp "$RESULTS/sweep/n$DEMOS"/* "$RESULTS/seed1/"  # seed 1's SFT is the sweep's run at that budget
+    rm -f "$RESULTS/seed1"/sft_eval*  # its evaluation on val chose the budget; pipeline_seed evaluates it on test
   else
     stage_demos "$DEMOS" > "$RUN/demos.log" 2>&1
   fi

@@ -4,9 +4,10 @@
 # SFT checkpoint on tasks the demonstrations never show how to solve (examples/chains/tasks.py):
 #   retry   make_retry_tasks: the calculator answers "busy" at one call of each episode; success needs that call again
 #   length  make_length_tasks: RL on 2- and 3-operation chains, held out on 3-operation chains
-# Every SFT and SFT+RL checkpoint is evaluated on VAL held-out tasks (disjoint from every training and demonstration
-# chain by construction; tests/recipes/test_chains_teach.py) greedily (the rows' temperature 0, one sample) and with
-# K samples at temperature 1 (mean@K, pass@K by the unbiased estimator), by `agentr1 eval`'s protocol.
+# Every SFT and SFT+RL checkpoint is evaluated on VAL held-out tasks of the test split (`agentr1 eval --split test`:
+# disjoint from every training and demonstration chain and from the val chains by construction;
+# tests/recipes/test_chains_teach.py) greedily (the rows' temperature 0, one sample) and with K samples at
+# temperature 1 (mean@K, pass@K by the unbiased estimator), by `agentr1 eval`'s protocol.
 # Needs what scripts/gpu/lib.sh lists (scripts/gpu/prepare.sh; carry .whl .tok, then .m1, .m2, .m3 in calls of
 # their own: `teach_h200.sh carry`).
 #
@@ -52,13 +53,15 @@ setup() {
   gpu_smollm2 > /dev/null || exit 4
 }
 
-# evaluate checkpoint $3 on design $2's held-out tasks as $1 under the protocol (`agentr1 eval`: greedy@1, and K
-# samples a task at temperature 1: mean@K, pass@K), then the episodes' retries (retry_stats.py); tags $4 (JSON)
+# evaluate checkpoint $3 on VAL held-out tasks of design $2's test split as $1 under the protocol (`agentr1 eval`:
+# greedy@1, and K samples a task at temperature 1: mean@K, pass@K), then the episodes' retries (retry_stats.py);
+# tags $4 (JSON)
 evaluate() {
   local name=$1 design=$2 ckpt=$3 tags=$4
   "${AGENTR1[@]}" eval examples/chains/teach_gpu.yaml "db=sqlite:///$RUN/evals/$name.db" \
-    "data.generator=$(generator_of "$design")" "data.val_size=$VAL" "${DEVICE_ARGS[@]}" --checkpoint "$ckpt" \
-    --greedy --n "$K" --temperature 1.0 --run-id "$name" --output "$RUN/evals/$name.json" > /dev/null \
+    "data.generator=$(generator_of "$design")" "data.val_size=$VAL" "data.test_size=$VAL" "${DEVICE_ARGS[@]}" \
+    --checkpoint "$ckpt" --split test --greedy --n "$K" --temperature 1.0 --run-id "$name" \
+    --output "$RUN/evals/$name.json" > /dev/null \
     2> "$RUN/logs/eval-$name.log" || { echo "evaluation $name failed ($RUN/logs/eval-$name.log)"; return 1; }
   "${PY[@]}" scripts/gpu/retry_stats.py "$RUN/evals/$name.db" "$name" > "$RUN/evals/$name.retries.json"
   "${PY[@]}" - "$RUN/evals/$name.json" "$RUN/evals/$name.retries.json" "$tags" > "$RUN/results/$name.json" <<'PY'
