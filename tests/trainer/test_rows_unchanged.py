@@ -57,3 +57,24 @@ def test_the_rows_of_stored_sessions_are_those_built_before(tmp_path: Path) -> N
                 "steps_dropped_too_long", "steps_env_anchor", "rewards_relocated", "sessions_skipped_status"):
         assert metrics.get(key, 0) > 0, key
     assert all(math.isfinite(lp) for b in before.values() for r in b["rows"] for lp in r["old_logprobs"])
+
+
+def test_the_viewer_shows_the_trainers_rows(tmp_path: Path) -> None:
+    """Every stored session, in both layouts: the rows the viewer shows are the trainer's, token for token, with the
+    same masks, log-probabilities and steps (the viewer shows sessions of every status; the trainer is asked so)."""
+    from agentr1.viewer.tokens import Tokenizers, session_rows
+
+    with TraceStore.open(f"sqlite:///{tmp_path / 'rows.db'}") as store:
+        sessions = store.get_sessions(write_varied_sessions(store))
+    tokenizers = Tokenizers()
+    for layout in ("merged", "per_step"):
+        for session in sessions:
+            trained = build_rows([session], BatchConfig(layout=layout, skip_statuses=()))
+            shown = session_rows(session, layout, tokenizers)
+            assert [([t.id for t in r.tokens], [t.mask for t in r.tokens], r.steps, r.prompt_len) for r in shown.rows] \
+                == [([*r.prompt_ids, *r.response_ids], [0] * len(r.prompt_ids) + r.response_mask,
+                     [s.step_index for s in r.segments], len(r.prompt_ids)) for r in trained.rows], (layout, session.id)
+            assert [[t.logprob for t in r.tokens[r.prompt_len:] if t.mask] for r in shown.rows] \
+                == [[lp for lp, m in zip(r.old_logprobs, r.response_mask, strict=True) if m] for r in trained.rows]
+            assert {k: v for k, v in shown.metrics.items() if k.startswith("new_row_")} \
+                == {k: v for k, v in trained.metrics.items() if k.startswith("new_row_")}

@@ -52,11 +52,13 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> An
 @pytest.fixture(scope="session")
 def viewer_url(recorded: Recorded) -> Any:
     from agentr1.gateway.server import BackgroundServer
+    from agentr1.trainer import GroupAdvantages
     from agentr1.viewer import ViewerSettings, create_viewer_app
 
     settings = ViewerSettings(db=recorded.db, runs_dir=str(recorded.runs_dir), tokenizer=str(recorded.tokenizer_path),
                               gateway_url=recorded.gateway_url)
-    with BackgroundServer(create_viewer_app(settings), ready_path="/api/health") as url:
+    app = create_viewer_app(settings, advantages=GroupAdvantages())  # as `agentr1 view` makes it
+    with BackgroundServer(app, ready_path="/api/health") as url:
         yield url
 
 

@@ -90,15 +90,16 @@ def test_a_session_that_never_forked_has_no_tree(recorded, viewer_url):
     assert [s["branch"] for s in detail["steps"]] == [0, 0]
 
 
-def test_the_fallback_rows_without_the_trainer_are_the_trainers(recorded):
+def test_the_viewers_rows_are_the_trainers(recorded):
     from agentr1.trainer import BatchConfig, build_rows
-    from agentr1.viewer.tokens import _prefix_rows
+    from agentr1.viewer.tokens import Tokenizers, session_rows
 
     record = recorded.store.get_session(recorded.branch_session)
     for layout in ("merged", "per_step"):
         trainer = [(r.prompt_ids, r.response_ids, r.response_mask, [s.step_index for s in r.segments])
                    for r in build_rows([record], BatchConfig(layout=layout)).rows]
-        fallback = [(p, resp, mask, [s[0] for s in segments]) for p, resp, mask, _, segments in
-                    _prefix_rows(record, layout)]
-        assert fallback == trainer
+        shown = [([t.id for t in r.tokens[:r.prompt_len]], [t.id for t in r.tokens[r.prompt_len:]],
+                  [t.mask for t in r.tokens[r.prompt_len:]], r.steps)
+                 for r in session_rows(record, layout, Tokenizers()).rows]
+        assert shown == trainer
     assert [steps for *_, steps in trainer] == [[0], [1], [2], [3]]

@@ -43,9 +43,15 @@ def view(
         raise typer.Exit(2) from exc
     settings = ViewerSettings(db=db, runs_dir=runs_dir, tokenizer=tokenizer, gateway_url=gateway, model=model,
                               estimator=estimator)
+    try:  # the group pages' advantages: the trainer's estimators (the viewer imports no trainer)
+        from agentr1.trainer import GroupAdvantages
+
+        advantages = GroupAdvantages()
+    except ImportError:
+        advantages = None
     shown = store.engine.url.render_as_string(hide_password=True)
     typer.echo(f"agentr1 viewer on http://{host}:{port}  (store {shown})")
     try:
-        uvicorn.run(create_viewer_app(settings, store=store), host=host, port=port, log_level=log_level)
+        uvicorn.run(create_viewer_app(settings, store=store, advantages=advantages), host=host, port=port, log_level=log_level)
     finally:
         store.close()

@@ -1,4 +1,5 @@
-"""The step-trace store: schema, migrations and the one API every part of agentr1 uses."""
+"""The step-trace store: schema, migrations and the one API every part of agentr1 uses; and the rows of stored steps
+(:func:`lay_out_rows`) that the trainer trains on and the viewer shows."""
 
 from agentr1.store import browse
 from agentr1.store.blobs import (
@@ -34,6 +35,17 @@ from agentr1.store.records import (
     StepRecord,
     superseded_steps,
 )
+from agentr1.store.rows import (
+    LAYOUTS,
+    TRUNCATIONS,
+    RowStep,
+    RowTooLongError,
+    Segment,
+    SessionRows,
+    TokenRow,
+    Truncation,
+    lay_out_rows,
+)
 from agentr1.store.schema import SESSION_STATUSES
 from agentr1.store.session_writes import new_id
 from agentr1.store.step_factory import Action, ActionKind, SampledTokens, new_step
@@ -43,25 +55,33 @@ __all__ = [
     "DATABASE_UNAVAILABLE",
     "DEFAULT_DB",
     "IMAGE_REF_PREFIX",
+    "LAYOUTS",
     "SESSION_STATUSES",
+    "TRUNCATIONS",
     "Action",
     "ActionKind",
     "FeedbackRecord",
     "ImageStore",
     "NewSession",
     "RewardRecord",
+    "RowStep",
+    "RowTooLongError",
     "RunRecord",
     "SampledTokens",
+    "Segment",
     "SessionEnd",
     "SessionExists",
     "SessionNotRunning",
     "SessionRecord",
+    "SessionRows",
     "StepConflict",
     "StepRecord",
     "StoreConnectionError",
     "StoreError",
     "StoreNotMigrated",
+    "TokenRow",
     "TraceStore",
+    "Truncation",
     "UnknownRun",
     "UnknownSession",
     "UnknownStep",
@@ -71,6 +91,7 @@ __all__ = [
     "has_non_finite",
     "image_refs",
     "inline_images",
+    "lay_out_rows",
     "new_id",
     "new_step",
     "normalize_url",

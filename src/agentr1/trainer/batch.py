@@ -1,58 +1,45 @@
 """Batch builder: stored sessions and steps -> :class:`TrainRow` s, from the exact stored token ids.
 
-Nothing here tokenizes: prompts, actions and feedback are the ids the gateway stored.
+Nothing here tokenizes: prompts, actions and feedback are the ids the gateway stored. Which steps share a row, and
+the row's tokens, masks and log-probabilities, are the store's one row layout (:func:`agentr1.store.lay_out_rows`;
+its docstring has the rules): ``BatchConfig.layout`` (``per_step``, the Agent-R1 layout, or ``merged``, prefix
+merging), ``max_length`` and ``truncation``; superseded, untrainable and empty steps and steps with bad logprobs are
+left out there (counted in ``Batch.metrics``). The viewer shows the same rows. This module adds what training needs:
 
-Layouts (``BatchConfig.layout``):
+Sessions still ``running`` (``BatchConfig.skip_statuses``) are not trained on.
 
-- ``per_step`` (the Agent-R1 layout): one row per step, prompt = ``observation_ids``,
-  response = ``action_ids``.
-- ``merged`` (prefix merging): consecutive steps of a trajectory share one row while each later
-  step's ``observation_ids`` start with the row's whole sequence so far (prompt + response); the
-  tokens between (tool results, the next user turn, chat-template glue) are feedback tokens with
-  mask 0. A step starts a new row when its observation does not extend the row (a context policy
-  rewrote or trimmed the history), when it is flagged ``drift``, when the previous step's action was
-  truncated, when it is a branch (its ``parent_index`` is set and is not the step just before it)
-  whose parent step is not the last step of a row. A forked session thus gets one row per branch:
-  the fork's row starts at its own step (the shared steps before it are its prompt, trained once, in
-  the branch that continues them), and a branch the agent returns to after calls on another keeps
-  extending its own row.
-
-Superseded steps (answers a client never saw because it timed out and retried; the retry's step
-names them in ``retry_of``) are not part of the trajectory the agent followed: they are skipped
-(``superseded_steps``) and the retry takes their place, continuing the same parent.
+Rewards: a left-out step's reward is not lost: it is treated as part of the environment, so its reward moves to the
+closest earlier kept step of the session (the first later one if there is none), keeping the trajectory return
+intact; each step's reward sits on its last (kept) action token.
 
 GiGPO anchors (``BatchConfig.anchor_fn``, default :func:`env_anchor`): the state the environment
 named for a step (``agentr1.sdk.anchor`` / ``AgentEnv.anchor``), else a hash of the step's exact
 observation ids (``steps_env_anchor`` counts the steps with an environment anchor).
-
-Steps that are not trainable (e.g. a teacher behind litellm), have no action ids, or whose
-logprobs do not match their action are skipped (counted). Their rewards are not lost: a skipped
-step is treated as part of the environment, so its reward moves to the closest earlier kept step
-of the session (the first later one if there is none), keeping the trajectory return intact.
-
-Length (``max_length``, prompt + response): a merged row is exactly as long as its last step
-alone (observation + action), so the limit applies per step, in both layouts. A step longer
-than it is handled by ``truncation``: ``"split"`` keeps the
-first tokens of the action that fit (its reward moves to the last kept token; if the observation
-alone does not fit, the step is dropped), ``"drop"`` drops the step, ``"error"`` raises
-:class:`RowTooLongError`. Every case is counted in ``Batch.metrics``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from agentr1.sdk import ANCHOR_PREFIX
-from agentr1.store import SessionRecord, StepRecord, image_refs, superseded_steps
+from agentr1.store import (
+    TRUNCATIONS,
+    RowStep,
+    RowTooLongError,
+    SessionRecord,
+    StepRecord,
+    TokenRow,
+    Truncation,
+    image_refs,
+    lay_out_rows,
+)
 from agentr1.trainer.config import DEFAULT_LAYOUT, Layout
 from agentr1.trainer.rewards import RewardConfig, SessionRewards, assemble_session_rewards
-from agentr1.trainer.rows import Segment, TrainRow
+from agentr1.trainer.rows import TrainRow
 
 __all__ = [
     "AnchorFn",
@@ -66,12 +53,7 @@ __all__ = [
     "text_anchor",
 ]
 
-Truncation = Literal["split", "drop", "error"]
 AnchorFn = Callable[[SessionRecord, StepRecord], "str | None"]
-
-
-class RowTooLongError(ValueError):
-    """A step does not fit in ``max_length`` and ``truncation="error"``."""
 
 
 def observation_anchor(observation_ids: Sequence[int]) -> str:
@@ -119,7 +101,7 @@ class BatchConfig:
     def __post_init__(self) -> None:
         if self.layout not in ("per_step", "merged"):
             raise ValueError(f"layout must be 'per_step' or 'merged', got {self.layout!r}")
-        if self.truncation not in ("split", "drop", "error"):
+        if self.truncation not in TRUNCATIONS:
             raise ValueError(f"truncation must be 'split', 'drop' or 'error', got {self.truncation!r}")
         if self.max_length is not None and self.max_length < 2:
             raise ValueError(f"max_length must be at least 2, got {self.max_length}")
@@ -133,23 +115,6 @@ class Batch:
     @property
     def num_tokens(self) -> int:
         return sum(r.length for r in self.rows)
-
-
-@dataclass(slots=True)
-class _Step:
-    """A step that made it into the batch, with its (possibly truncated) action."""
-
-    record: StepRecord
-    action: list[int]
-    logprobs: list[float]
-    has_logprobs: bool
-    truncated: bool
-    anchor: str
-    reward: float = 0.0
-
-    @property
-    def observation(self) -> list[int]:
-        return self.record.observation_ids
 
 
 def build_rows(
@@ -190,146 +155,64 @@ def build_rows(
 
 def _session_rows(session: SessionRecord, rewards: SessionRewards, cfg: BatchConfig,
                   metrics: Counter[str]) -> list[TrainRow]:
-    ordered = sorted(session.steps, key=lambda s: s.index)
-    superseded = superseded_steps(ordered)
-    metrics["superseded_steps"] += sum(s.index in superseded for s in ordered)
-    prepared = [(s, None if s.index in superseded else _prepare(session, s, cfg, metrics)) for s in ordered]
-    metrics["steps_in"] += len(ordered)
-    kept = [st for _, st in prepared if st is not None]
-    metrics["steps_used"] += len(kept)
-    _place_rewards(prepared, kept, rewards, metrics)
+    laid = lay_out_rows(session.steps, cfg.layout, max_length=cfg.max_length, truncation=cfg.truncation,
+                        metrics=metrics)
+    kept = laid.kept
+    step_rewards = _place_rewards(laid.steps, rewards, metrics)
     if not kept:
         return []
-    followed = [s for s in ordered if s.index not in superseded]  # the trajectory the agent actually saw
-    previous = {s.index: followed[i - 1].index if i else None for i, s in enumerate(followed)}
-    groups = [[st] for st in kept] if cfg.layout == "per_step" else _merge(kept, previous, metrics)
-    return [_row(session, group, rewards) for group in groups]
+    anchors = {st.record.index: _anchor(session, st.record, cfg, metrics) for st in kept}
+    return [_train_row(session, row, rewards, step_rewards, anchors) for row in laid.rows]
 
 
-def _prepare(session: SessionRecord, step: StepRecord, cfg: BatchConfig, metrics: Counter[str]) -> _Step | None:
-    if not step.trainable:
-        metrics["steps_skipped_untrainable"] += 1
-        return None
-    if not step.action_ids:
-        metrics["steps_skipped_empty_action"] += 1
-        return None
-    action = list(step.action_ids)
-    if step.action_logprobs is None:
-        metrics["steps_without_logprobs"] += 1
-        logprobs, has_logprobs = [0.0] * len(action), False
-    else:
-        logprobs, has_logprobs = [float(x) for x in step.action_logprobs], True
-        if len(logprobs) != len(action) or not all(math.isfinite(x) for x in logprobs):
-            metrics["steps_skipped_bad_logprobs"] += 1
-            return None
-    truncated = False
-    if cfg.max_length is not None:
-        room = cfg.max_length - len(step.observation_ids)
-        if room < len(action):
-            if cfg.truncation == "error":
-                raise RowTooLongError(
-                    f"step {step.index} of session {session.id} has {len(step.observation_ids)} observation + "
-                    f"{len(action)} action tokens, more than max_length={cfg.max_length}")
-            if cfg.truncation == "drop" or room <= 0:
-                metrics["steps_dropped_too_long"] += 1
-                return None
-            metrics["steps_action_truncated"] += 1
-            metrics["tokens_truncated"] += len(action) - room
-            action, logprobs, truncated = action[:room], logprobs[:room], True
+def _anchor(session: SessionRecord, step: StepRecord, cfg: BatchConfig, metrics: Counter[str]) -> str:
     named = cfg.anchor_fn(session, step) if cfg.anchor_fn else None
     metrics["steps_env_anchor"] += named is not None
-    anchor = named or observation_anchor(step.observation_ids)
-    return _Step(step, action, logprobs, has_logprobs, truncated, anchor)
+    return named or observation_anchor(step.observation_ids)
 
 
-def _place_rewards(prepared: list[tuple[StepRecord, _Step | None]], kept: list[_Step],
-                   rewards: SessionRewards, metrics: Counter[str]) -> None:
-    """Each kept step gets its own reward; a skipped step's reward goes to the closest earlier kept step."""
-    for position, (step, st) in enumerate(prepared):
+def _place_rewards(laid: list[tuple[StepRecord, RowStep | None]], rewards: SessionRewards,
+                   metrics: Counter[str]) -> dict[int, float]:
+    """Each kept step's reward (by step index): its own, plus those of left-out steps whose closest earlier kept step
+    it is (or, with none earlier, the closest later one)."""
+    placed = {st.record.index: 0.0 for _, st in laid if st is not None}
+    for position, (step, st) in enumerate(laid):
         value = rewards.steps.get(step.index, 0.0)
         if st is not None:
-            st.reward += value
+            placed[step.index] += value
             continue
         if value == 0.0:
             continue
-        earlier = [s for _, s in prepared[:position] if s is not None]
-        later = [s for _, s in prepared[position + 1:] if s is not None]
+        earlier = [s for _, s in laid[:position] if s is not None]
+        later = [s for _, s in laid[position + 1:] if s is not None]
         target = earlier[-1] if earlier else (later[0] if later else None)
         if target is None:
             metrics["rewards_lost"] += 1
         else:
-            target.reward += value
+            placed[target.record.index] += value
             metrics["rewards_relocated"] += 1
+    return placed
 
 
-def _merge(kept: list[_Step], previous: dict[int, int | None], metrics: Counter[str]) -> list[list[_Step]]:
-    groups: list[list[_Step]] = []
-    fulls: list[list[int]] = []  # prompt + response of each row
-    current = -1  # the row the last step joined
-    for st in kept:
-        at = current if current >= 0 else None
-        parent = st.record.parent_index
-        if at is not None and parent is not None and parent != previous[st.record.index]:
-            # a branch: it may continue a row left open earlier (the agent went back to another branch)
-            at = next((k for k, g in enumerate(groups) if g[-1].record.index == parent), None)
-        reason = "first" if current < 0 else "drift" if st.record.drift else "branch" if at is None \
-            else _break_reason(groups[at], fulls[at], st)
-        if reason is None and at is not None:
-            groups[at].append(st)
-            fulls[at].extend(st.observation[len(fulls[at]):])
-            fulls[at].extend(st.action)
-            current = at
-            continue
-        if current >= 0:
-            metrics[f"new_row_{reason}"] += 1
-        groups.append([st])
-        fulls.append([*st.observation, *st.action])
-        current = len(groups) - 1
-    return groups
-
-
-def _break_reason(row: list[_Step], full: list[int], st: _Step) -> str | None:
-    """Why ``st`` (not drift) cannot extend the row ``row`` (None if it can)."""
-    if row[-1].truncated:
-        return "truncated"
-    obs = st.observation
-    if len(obs) < len(full) or obs[: len(full)] != full:
-        return "context_rewrite"
-    return None
-
-
-def _row(session: SessionRecord, steps: list[_Step], rewards: SessionRewards) -> TrainRow:
-    prompt = list(steps[0].observation)
-    response: list[int] = []
-    mask: list[int] = []
-    logprobs: list[float] = []
-    token_rewards: list[float] = []
-    segments: list[Segment] = []
-    for st in steps:
-        feedback = st.observation[len(prompt) + len(response):]
-        response += feedback
-        mask += [0] * len(feedback)
-        logprobs += [0.0] * len(feedback)
-        token_rewards += [0.0] * len(feedback)
-        start = len(response)
-        response += st.action
-        mask += [1] * len(st.action)
-        logprobs += st.logprobs
-        token_rewards += [0.0] * (len(st.action) - 1) + [st.reward]
-        segments.append(Segment(st.record.index, start, len(response)))
+def _train_row(session: SessionRecord, row: TokenRow, rewards: SessionRewards, step_rewards: Mapping[int, float],
+               anchors: Mapping[int, str]) -> TrainRow:
+    token_rewards = [0.0] * len(row.response_ids)
+    for segment in row.segments:
+        token_rewards[segment.end - 1] = step_rewards[segment.step_index]
+    steps = row.steps
     return TrainRow(
-        prompt_ids=prompt,
-        response_ids=response,
-        response_mask=mask,
-        old_logprobs=logprobs,
+        prompt_ids=row.prompt_ids,
+        response_ids=row.response_ids,
+        response_mask=row.response_mask,
+        old_logprobs=row.old_logprobs,
         token_rewards=token_rewards,
-        segments=segments,
+        segments=row.segments,
         session_id=session.id,
         group_id=_group_of(session),
         task_id=session.task_id,
         policy_version=min(st.record.policy_version for st in steps),
         outcome_reward=rewards.outcome,
-        anchor_keys=[st.anchor for st in steps],
+        anchor_keys=[anchors[st.record.index] for st in steps],
         has_old_logprobs=all(st.has_logprobs for st in steps),
         # the row's sequence is its last step's observation + action: that step's images, in order
         images=tuple(image_refs(steps[-1].record.messages_seen)),
@@ -339,4 +222,3 @@ def _row(session: SessionRecord, steps: list[_Step], rewards: SessionRewards) ->
 def _group_of(session: SessionRecord) -> str:
     """The task group for group baselines: group id, else task id, else the session alone."""
     return session.group_id or (f"task:{session.task_id}" if session.task_id else f"session:{session.id}")
-

@@ -4,21 +4,17 @@ A row is either one step (the Agent-R1 layout: prompt = the step's observation i
 its action ids) or several steps of one trajectory merged into one sequence when each later step
 extends the earlier ones token for token (prompt = the first observation, response = action 1 +
 feedback 1 + action 2 + ...). ``response_mask`` is 1 exactly on sampled tokens. Everything
-response-aligned has ``len(response_ids)`` entries.
+response-aligned has ``len(response_ids)`` entries. Which steps share a row, and their tokens, come from the store's
+one row layout (:func:`agentr1.store.lay_out_rows`, whose :class:`~agentr1.store.Segment` a row's segments are).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentr1.store import Segment
 
-@dataclass(slots=True)
-class Segment:
-    """Where one step's action sits in a row's response: ``response_ids[start:end]``."""
-
-    step_index: int
-    start: int
-    end: int
+__all__ = ["Segment", "TrainRow"]
 
 
 @dataclass(slots=True)

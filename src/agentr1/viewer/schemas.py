@@ -170,7 +170,7 @@ class RowView(BaseModel):
 class RowsView(BaseModel):
     session_id: str
     layout: Literal["merged", "per_step"]
-    source: Literal["trainer", "prefix"]  # agentr1.trainer.batch.build_rows, or the viewer's own prefix merge
+    source: Literal["trainer"] = "trainer"  # the trainer's rows: the store's one row layout (agentr1.store.lay_out_rows)
     rows: list[RowView]
     metrics: dict[str, int] = Field(default_factory=dict)
     tokenizer: str | None = None

@@ -9,6 +9,7 @@ from fastapi import Request
 
 from agentr1.gateway import APIError
 from agentr1.store import TraceStore
+from agentr1.viewer.groups import AdvantageSource
 from agentr1.viewer.runs_dir import RunsDir
 from agentr1.viewer.settings import ViewerSettings
 from agentr1.viewer.tokens import Tokenizers
@@ -21,6 +22,7 @@ class ViewerState:
     tokenizers: Tokenizers
     runs: RunsDir
     http: httpx.Client  # to the gateway, for the chat page
+    advantages: AdvantageSource | None = None  # the trainer's estimators, for the group pages (handed in)
 
 
 def viewer(request: Request) -> ViewerState:

@@ -1,5 +1,5 @@
 """Token-level views of a session: each step's action decoded token by token with its logprob, and
-the rows the trainer builds from the session (prefix-merged or per step) with their training mask.
+the rows the trainer trains on (prefix-merged or per step: the store's one row layout) with their training mask.
 
 Tokens are decoded one at a time with the model's tokenizer (``--tokenizer DIR``, or the cached
 model directory named like the steps' ``model``); without one, ids are shown as they are.
@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentr1.store import SessionRecord, StepRecord
+from agentr1.store import SessionRecord, StepRecord, TokenRow, lay_out_rows
 from agentr1.viewer.branches import session_branches
 from agentr1.viewer.schemas import RowsView, RowView, SessionDetail, StepView, Token, step_fields
 
@@ -126,68 +126,33 @@ def session_detail(record: SessionRecord, summary: Any, tokenizers: Tokenizers) 
 
 
 def session_rows(record: SessionRecord, layout: str, tokenizers: Tokenizers) -> RowsView:
-    """The session as the trainer's rows: ``build_rows`` when the trainer is importable, else the same
-    prefix merge computed here (each step whose observation starts with the row so far joins it)."""
+    """The session as the trainer's rows: the store's one row layout (:func:`agentr1.store.lay_out_rows`), the one
+    the trainer's batch builder trains on; every status shown (the trainer skips sessions still running)."""
     path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
-    try:
-        from agentr1.trainer import BatchConfig, build_rows
-    except ImportError:
-        rows, metrics, source = _prefix_rows(record, layout), {}, "prefix"
-    else:
-        batch = build_rows([record], BatchConfig(layout=layout, skip_statuses=()))  # type: ignore[arg-type]
-        rows = [(list(r.prompt_ids), list(r.response_ids), list(r.response_mask), list(r.old_logprobs),
-                 [(s.step_index, s.start, s.end) for s in r.segments]) for r in batch.rows]
-        metrics, source = dict(batch.metrics), "trainer"
-    views = [_row_view(*row, tokenizers=tokenizers, path=path) for row in rows]
-    return RowsView(session_id=record.id, layout=layout, source=source, rows=views,  # type: ignore[arg-type]
-                    metrics=metrics, tokenizer=path if tokenizers.get(path) is not None else None)
+    metrics: Counter[str] = Counter()
+    rows = lay_out_rows(record.steps, layout, metrics=metrics).rows
+    metrics.update(rows=len(rows), tokens=sum(len(r.prompt_ids) + len(r.response_ids) for r in rows),
+                   action_tokens=sum(sum(r.response_mask) for r in rows))
+    views = [_row_view(row, tokenizers=tokenizers, path=path) for row in rows]
+    return RowsView(session_id=record.id, layout=layout, source="trainer", rows=views,  # type: ignore[arg-type]
+                    metrics=dict(metrics), tokenizer=path if tokenizers.get(path) is not None else None)
 
 
-Row = tuple[list[int], list[int], list[int], list[float], list[tuple[int, int, int]]]
-
-
-def _row_view(prompt: list[int], response: list[int], mask: list[int], logprobs: list[float],
-              segments: list[tuple[int, int, int]], *, tokenizers: Tokenizers, path: str | None) -> RowView:
+def _row_view(row: TokenRow, *, tokenizers: Tokenizers, path: str | None) -> RowView:
+    prompt, response, mask = row.prompt_ids, row.response_ids, row.response_mask
     texts = tokenizers.pieces(path, [*prompt, *response])
-    tokens = [Token(id=i, text=texts[k], mask=0, step=segments[0][0] if segments else None, kind="prompt")
-              for k, i in enumerate(prompt)]
+    first = row.segments[0].step_index if row.segments else None
+    tokens = [Token(id=i, text=texts[k], mask=0, step=first, kind="prompt") for k, i in enumerate(prompt)]
     owner: list[int | None] = [None] * len(response)
     cursor = 0
-    for index, _start, end in segments:  # feedback before an action belongs to that step's observation
-        for pos in range(cursor, end):
-            owner[pos] = index
-        cursor = end
+    for segment in row.segments:  # feedback before an action belongs to that step's observation
+        for pos in range(cursor, segment.end):
+            owner[pos] = segment.step_index
+        cursor = segment.end
     for pos, token_id in enumerate(response):
         sampled = mask[pos] == 1
         tokens.append(Token(id=token_id, text=texts[len(prompt) + pos], mask=mask[pos], step=owner[pos],
-                            logprob=logprobs[pos] if sampled else None, kind="action" if sampled else "feedback"))
-    return RowView(steps=[s[0] for s in segments], prompt_len=len(prompt), n_tokens=len(tokens),
+                            logprob=row.old_logprobs[pos] if sampled else None,
+                            kind="action" if sampled else "feedback"))
+    return RowView(steps=[s.step_index for s in row.segments], prompt_len=len(prompt), n_tokens=len(tokens),
                    n_action=sum(mask), tokens=tokens)
-
-
-def _prefix_rows(record: SessionRecord, layout: str) -> list[Row]:
-    """Fallback without the trainer: one row per step, or each step merged into the row of the step it
-    continues (its parent step's row, one row per branch) while it extends that row token for token."""
-    rows: list[Row] = []
-    counts: Counter[str] = Counter()
-    for step in sorted(record.steps, key=lambda s: s.index):
-        if not step.trainable or not step.action_ids:
-            counts["skipped"] += 1
-            continue
-        logprobs = list(step.action_logprobs or [0.0] * len(step.action_ids))
-        # the row this step continues: the one ending with its parent step (or the last row, without a parent)
-        target = next((r for r in rows if r[4][-1][0] == step.parent_index), None) \
-            if step.parent_index is not None else rows[-1] if rows else None
-        if target is not None and layout == "merged" and not step.drift:
-            prompt, response, mask, lps, segments = target
-            full = [*prompt, *response]
-            if step.observation_ids[: len(full)] == full:
-                feedback = step.observation_ids[len(full):]
-                response += [*feedback, *step.action_ids]
-                mask += [0] * len(feedback) + [1] * len(step.action_ids)
-                lps += [0.0] * len(feedback) + logprobs
-                segments.append((step.index, len(response) - len(step.action_ids), len(response)))
-                continue
-        rows.append((list(step.observation_ids), list(step.action_ids), [1] * len(step.action_ids), logprobs,
-                     [(step.index, 0, len(step.action_ids))]))
-    return rows

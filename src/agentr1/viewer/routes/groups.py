@@ -12,16 +12,16 @@ router = APIRouter(tags=["groups"])
 
 
 @router.get("/estimators", response_model=list[str])
-def list_estimators() -> list[str]:
+def list_estimators(request: Request) -> list[str]:
     """Advantage estimators computable from stored traces alone (no critic)."""
-    return estimators()
+    return estimators(viewer(request).advantages)
 
 
 @router.get("/groups/{group_id:path}", response_model=GroupView)
 def get_group(group_id: str, request: Request, run: str | None = Query(None),
               estimator: str | None = Query(None, description="Default: the viewer's --estimator.")) -> GroupView:
     state = viewer(request)
-    view = group_view(state.store, group_id, run, estimator or state.settings.estimator)
+    view = group_view(state.store, group_id, run, estimator or state.settings.estimator, state.advantages)
     if not view.samples:
         raise not_found(f"no sessions in group {group_id!r}" + (f" of run {run!r}" if run else ""))
     return view

@@ -105,7 +105,7 @@ async function renderRows(box, sessionId, layout) {
   const breaks = Object.entries(rows.metrics).filter(([k]) => k.startsWith("new_row_")).map(([k, v]) => `${k.slice(8)}: ${v}`);
   fill(box,
     h("p", { class: "muted" }, "layout ", toggle,
-      ` · ${rows.rows.length} row(s) from ${rows.source === "trainer" ? "the trainer's build_rows" : "prefix merging"}`,
+      ` · ${rows.rows.length} row(s), as the trainer trains on them`,
       breaks.length ? ` · new rows because of ${breaks.join(", ")}` : ""),
     h("div", { class: "legend" },
       h("span", {}, h("span", { class: "sw", style: "background:#eceef2" }), "prompt (mask 0)"),
