@@ -17,10 +17,10 @@ from agentr1.trainer.policy.config import verl_actor_config
 
 # a value other than the default for every field of the YAML actor section
 ACTOR = {"optim": {"lr": 3e-5, "weight_decay": 0.1}, "policy_loss": {"loss_mode": "gspo"}, "ppo_mini_batch_size": 4,
-         "ppo_micro_batch_size_per_gpu": 2, "ppo_max_token_len_per_gpu": 2048, "ppo_epochs": 3, "clip_ratio": 0.3,
+         "ppo_micro_batch_size_per_gpu": 2, "ppo_max_token_len_per_gpu": 2048, "ppo_infer_max_token_len_per_gpu": 4096, "ppo_epochs": 3, "clip_ratio": 0.3,
          "use_kl_loss": True, "kl_loss_coef": 0.02, "kl_loss_type": "k3", "entropy_coeff": 0.01,
          "loss_agg_mode": "seq-mean-token-mean", "grad_clip": 0.5, "max_length": 1000, "gradient_checkpointing": True,
-         "param_dtype": "bf16", "skip_zero_advantage": False}
+         "entropy_checkpointing": False, "param_dtype": "bf16", "skip_zero_advantage": False}
 ENGINE_NAME = {"grad_clip": "clip_grad"}
 
 
@@ -59,7 +59,8 @@ def test_the_policy_settings_reach_verls_actor_config_under_their_names() -> Non
                                "calculate_entropy": False, "use_kl_loss": True, "kl_loss_coef": 0.02,
                                "kl_loss_type": "k2", "tau_pos": 2.0, "tau_neg": 3.0, "ppo_epochs": 2,
                                "ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 4,
-                               "ppo_max_token_len_per_gpu": 1024, "shuffle": True, "data_loader_seed": 7}
+                               "ppo_max_token_len_per_gpu": 1024, "ppo_infer_max_token_len_per_gpu": 3072,
+                               "entropy_checkpointing": True, "shuffle": True, "data_loader_seed": 7}
     config = PolicyConfig(**changed, loss_mode="clip_cov", policy_loss={"clip_cov_ratio": 0.001}, clip_grad=0.5)
     actor = verl_actor_config(config)
     for name in shared:

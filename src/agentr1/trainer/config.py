@@ -391,7 +391,10 @@ class ActorConfig(_Strict):
     policy_loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
     ppo_mini_batch_size: int = 0  # rows per optimizer step; 0 = the whole batch
     ppo_micro_batch_size_per_gpu: int = 0  # rows per forward; 0 = batch by ppo_max_token_len_per_gpu
-    ppo_max_token_len_per_gpu: int = 8192
+    # tokens per forward of the update and of the log-prob passes; auto: 8,192 on a GPU, on the CPU what the memory
+    # available holds (agentr1.trainer.policy.memory_budget, docs/training.md#memory)
+    ppo_max_token_len_per_gpu: int | Literal["auto"] = "auto"
+    ppo_infer_max_token_len_per_gpu: int | Literal["auto"] = "auto"
     ppo_epochs: int = 1
     clip_ratio: float = 0.2
     use_kl_loss: bool = False
@@ -402,8 +405,10 @@ class ActorConfig(_Strict):
     grad_clip: float = 1.0
     max_length: int = 4096
     # recompute each layer's activations in the backward pass instead of keeping them: the same numbers,
-    # less peak memory (the laptop demo's update: 5.4 -> 3.4 GB), ~12% more update compute
-    gradient_checkpointing: bool = False
+    # less peak memory (the laptop demo's update: 5.4 -> 3.4 GB), ~12% more update compute; auto: on the CPU only
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    # the entropy's softmax over the vocabulary recomputed in the backward pass (with an entropy_coeff); auto: CPU only
+    entropy_checkpointing: bool | Literal["auto"] = "auto"
     # the update's compute dtype (the weights and optimizer stay float32); auto: float32 on the CPU, bfloat16 on a
     # GPU. bf16 on a CPU with AVX-512 BF16 / AMX: the matrix products 2.5-3x faster than float32
     param_dtype: Literal["auto", "fp32", "bf16"] = "auto"

@@ -56,12 +56,16 @@ class Trainer:
 
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "config.json").write_text(json.dumps(cfg.dump(), indent=2))
+        dumped = cfg.dump()
+        (self.out_dir / "config.json").write_text(json.dumps(dumped, indent=2))
         self.store = TraceStore.open(cfg.db)
         self.model_path = resolve_model(cfg.actor_rollout_ref.model)
         resume = latest_checkpoint(self.out_dir) if cfg.trainer.resume else None
         self.state = TrainerState.load(resume) if resume else TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
         self.policy = policy_for(self.model_path, policy_config(cfg), cfg.trainer)
+        # the config that runs: the memory settings as "auto" resolved them on this machine (policy/memory_budget.py)
+        dumped["actor_rollout_ref"]["actor"].update(self.policy.memory_plan.settings())
+        (self.out_dir / "config.json").write_text(json.dumps(dumped, indent=2))
         # rows of a vision-language model name their images by hash: read them where the sessions are stored
         self.policy.image_store = (ImageStore.for_database(normalize_url(cfg.offline.db)) if cfg.offline is not None
                                    else self.store.images)
@@ -102,7 +106,7 @@ class Trainer:
                                    position=self.state.sampler_position)
         self.tracker = Tracker(self.out_dir, cfg.trainer.total_training_steps, start_step=self.state.step,
                                quiet=self.quiet,
-                               **tracking_options(cfg.trainer, cfg.run_name, cfg.model_dump(mode="json")))
+                               **tracking_options(cfg.trainer, cfg.run_name, dumped))
         self.source: StepSource = (OfflineSteps(self, offline) if cfg.offline is not None
                                    else AsyncRollouts(self, self.out_dir) if cfg.trainer.mode == "async"
                                    else SyncRollouts(self))

@@ -58,7 +58,11 @@ class PolicyConfig:
     ppo_epochs: int = 1
     ppo_mini_batch_size: int | None = None  # rows per optimizer step; None: the whole batch
     ppo_micro_batch_size_per_gpu: int | None = None  # rows per forward; None: token budget below
-    ppo_max_token_len_per_gpu: int = 8192  # token budget per forward (verl's use_dynamic_bsz)
+    # token budget per forward of the update (verl's use_dynamic_bsz); "auto": 8,192 on a GPU, on the CPU sized to
+    # the memory available (agentr1.trainer.policy.memory_budget)
+    ppo_max_token_len_per_gpu: int | Literal["auto"] = "auto"
+    # token budget per forward of the log-prob passes (no gradient); "auto": the update's on a GPU, sized on the CPU
+    ppo_infer_max_token_len_per_gpu: int | Literal["auto"] = "auto"
     shuffle: bool = False
     data_loader_seed: int = 42
 
@@ -85,7 +89,11 @@ class PolicyConfig:
     # -- runtime --------------------------------------------------------------------------------
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     param_dtype: Literal["auto", "fp32", "bf16"] = "auto"  # compute dtype; auto: fp32 on CPU, bf16 on CUDA
-    gradient_checkpointing: bool = False
+    # recompute each layer's activations in the backward pass; "auto": on the CPU only (memory_budget)
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    # the entropy (actor/entropy) recomputed in the backward pass instead of keeping its softmax over the vocabulary
+    # (nothing to recompute without an entropy_coeff); "auto": on the CPU only
+    entropy_checkpointing: bool | Literal["auto"] = "auto"
     remove_padding: bool | None = None  # packed sequences; None: only with flash-attn on CUDA
     attn_implementation: str | None = None  # None: flash_attention_2 when usable, else sdpa
     use_torch_compile: bool | None = None  # None: on CUDA only
@@ -131,8 +139,13 @@ class PolicyConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None")
-        if self.ppo_max_token_len_per_gpu < 1:
-            raise ValueError("ppo_max_token_len_per_gpu must be >= 1")
+        for name in ("ppo_max_token_len_per_gpu", "ppo_infer_max_token_len_per_gpu"):
+            value = getattr(self, name)
+            if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be 'auto' or an integer >= 1, not {value!r}")
+        for name in ("gradient_checkpointing", "entropy_checkpointing"):
+            if getattr(self, name) not in ("auto", True, False):
+                raise ValueError(f"{name} must be 'auto', true or false, not {getattr(self, name)!r}")
         if self.clip_ratio_c <= 1.0:
             raise ValueError("clip_ratio_c must be > 1 (dual-clip PPO)")
 
@@ -146,7 +159,8 @@ def verl_actor_config(config: PolicyConfig) -> Any:
     from verl.workers.config import FSDPActorConfig, PolicyLossConfig
 
     shared = {f.name for f in dataclasses.fields(FSDPActorConfig)} & {f.name for f in dataclasses.fields(config)}
-    values = {name: getattr(config, name) for name in shared if getattr(config, name) is not None}
+    # None, and "auto" not yet resolved for a device (memory_budget): verl's default
+    values = {name: getattr(config, name) for name in shared if getattr(config, name) not in (None, "auto")}
     values.update(
         strategy="fsdp2",
         rollout_n=1,

@@ -46,6 +46,7 @@ from agentr1.trainer.rows import TrainRow
 from ._platform import prepare_verl
 from .config import PolicyConfig, verl_actor_config
 from .export import save_hf_directory
+from .memory_budget import resolve_memory_settings
 from .multimodal import RowImageInputs
 from .verl_model import VerlModel
 
@@ -136,8 +137,10 @@ class LocalPolicy:
             config = PolicyConfig.from_dict({**config.__dict__, **overrides})
         self.device = prepare_verl(config.device)
         config.validate()
-        self.config = config
         self.model_path = Path(model_path)
+        config, self.memory_plan = resolve_memory_settings(config, self.device, self.model_path)
+        log.info("update memory on %s: %s", self.device, self.memory_plan.describe())
+        self.config = config
         started = time.perf_counter()
         self.actor = VerlModel(self.model_path, role="actor", config=config, device=self.device)
         self.ref = (
@@ -289,6 +292,7 @@ class LocalPolicy:
         metrics.update(_mean_metrics(steps, "actor/"))
         elapsed = time.perf_counter() - started
         metrics.update(self._perf(batch, len(steps), skipped, elapsed, "actor/"))
+        metrics.update(self.memory_plan.metrics())  # the memory settings in force, "auto" or set
         return metrics
 
     @update_phase

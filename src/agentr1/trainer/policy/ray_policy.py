@@ -36,6 +36,7 @@ from agentr1.trainer.padded import PaddedBatch
 from ._platform import prepare_verl, resolve_device
 from .config import PolicyConfig, verl_actor_config
 from .local import LocalPolicy, _critic_loss_config
+from .memory_budget import resolve_memory_settings
 from .verl_model import Role, reduce_metrics, verl_configs
 
 __all__ = ["RayModel", "RayPolicy", "policy_for", "start_ray"]
@@ -193,8 +194,10 @@ class RayPolicy(LocalPolicy):
             prepare_verl("cpu")
         from verl.single_controller.ray import RayResourcePool
 
-        self.config = config
         self.model_path = Path(model_path)
+        config, self.memory_plan = resolve_memory_settings(config, self.device, self.model_path)
+        log.info("update memory on %s: %s", self.device, self.memory_plan.describe())
+        self.config = config
         self.sync_dir = Path(sync_dir) if sync_dir else None  # as LocalPolicy: None = a temp dir
         roles: list[Role] = ["actor"] + (["ref"] if config.use_kl_loss else []) + (["critic"] if config.critic else [])
         started = time.perf_counter()

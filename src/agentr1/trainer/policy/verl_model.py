@@ -24,6 +24,7 @@ import torch
 from agentr1.trainer.padded import PaddedBatch
 
 from .config import PolicyConfig
+from .memory_budget import PLANNED
 
 __all__ = ["Role", "VerlConfigs", "VerlModel", "reduce_metrics", "verl_configs"]
 
@@ -89,8 +90,13 @@ class VerlConfigs:
 
 
 def verl_configs(model_path: str | Path, *, role: Role, config: PolicyConfig, device: str) -> VerlConfigs:
-    """The verl configs of the ``role`` model at ``model_path`` on ``device``."""
+    """The verl configs of the ``role`` model at ``model_path`` on ``device`` (``config``'s memory settings resolved:
+    :func:`~agentr1.trainer.policy.memory_budget.resolve_memory_settings`)."""
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+
+    unresolved = [name for name in PLANNED if getattr(config, name) == "auto"]
+    if unresolved:
+        raise ValueError(f"{unresolved} are 'auto': resolve them for the device first (resolve_memory_settings)")
 
     model_type = "value_model" if role == "critic" else "language_model"
     attn = config.attn_implementation or ("flash_attention_2" if _flash_attn_usable(device) else "sdpa")
@@ -117,7 +123,8 @@ def verl_configs(model_path: str | Path, *, role: Role, config: PolicyConfig, de
         use_torch_compile=config.use_torch_compile if config.use_torch_compile is not None else device == "cuda",
         use_dynamic_bsz=dynamic,
         max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
-        infer_max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
+        infer_max_token_len_per_gpu=config.ppo_infer_max_token_len_per_gpu,
+        entropy_checkpointing=config.entropy_checkpointing,
         micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
         infer_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
         use_remove_padding=remove_padding,

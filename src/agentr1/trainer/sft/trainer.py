@@ -118,6 +118,7 @@ def sft_policy_config(cfg: SFTConfig, total_steps: int) -> Any:
         total_training_steps=max(1, total_steps), min_lr_ratio=optim.min_lr_ratio,
         ppo_micro_batch_size_per_gpu=cfg.data.micro_batch_size_per_gpu or None,
         ppo_max_token_len_per_gpu=cfg.data.max_token_len_per_gpu, calculate_entropy=False,
+        gradient_checkpointing=False,  # as before "auto" (on the CPU) came to the RL update: the token budget adapts
         device=cfg.trainer.device, seed=cfg.trainer.seed,
     )
 
