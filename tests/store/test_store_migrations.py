@@ -110,7 +110,26 @@ def test_an_upgrade_from_empty_is_one_transaction_under_the_write_lock(tmp_path)
     event.listen(engine, "commit", lambda conn: commits.append(1))
     try:
         migrate.upgrade(engine)
-        assert (begins, len(commits)) == ([True], 1)  # one IMMEDIATE transaction, one commit, 3 migrations in it
+        assert (begins, len(commits)) == ([True], 1)  # one IMMEDIATE transaction, one commit, every migration in it
         assert migrate.current_revision(engine) == migrate.head_revision()
+    finally:
+        engine.dispose()
+
+
+def test_model_path_comes_with_0004_and_earlier_steps_read_back_without_it(empty_db_url: str) -> None:
+    engine = create_store_engine(empty_db_url)
+    try:
+        migrate.upgrade(engine)
+        with TraceStore.open(empty_db_url, migrate=False) as store:
+            sid = store.create_session()
+            store.append_steps([make_step(sid, 0, model="policy", model_path="/models/policy-dir")])
+            assert store.get_session(sid).steps[0].model_path == "/models/policy-dir"
+        migrate.downgrade(engine, "0003")
+        assert "model_path" not in {c["name"] for c in inspect(engine).get_columns("steps")}
+        migrate.upgrade(engine)
+        assert _schema_diff(engine) == []
+        with TraceStore.open(empty_db_url, migrate=False) as store:
+            (step,) = store.get_session(sid).steps  # stored before: kept, its model directory unknown
+            assert (step.model, step.model_path, step.action_ids) == ("policy", None, [0, 1, 2, 3])
     finally:
         engine.dispose()

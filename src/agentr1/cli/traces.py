@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -70,7 +71,8 @@ def sessions(
 def show(
     session_id: str = typer.Argument(..., help="Session id."),
     db: str | None = DB_OPTION,
-    tokenizer: str | None = typer.Option(None, help="Tokenizer (local path) to decode token ids."),
+    tokenizer: str | None = typer.Option(None, help="Tokenizer (local path) to decode token ids (default: the model "
+                                                    "directory that served the steps, as they recorded it)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole trace as JSON."),
 ) -> None:
     """Show one session step by step."""
@@ -86,7 +88,8 @@ def show(
     if as_json:
         typer.echo(json.dumps(record.to_dict(), default=str, indent=2))
         return
-    decode = _decoder(tokenizer)
+    served = next((s.model_path for s in record.steps if s.model_path and Path(s.model_path).is_dir()), None)
+    decode = _decoder(tokenizer or served)
     typer.echo(f"session {record.id}  status={record.status}  run={record.run_id}  task={record.task_id}  "
                f"group={record.group_id}  reward={_fmt(record.reward)}")
     if record.error:

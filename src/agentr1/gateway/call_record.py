@@ -54,7 +54,8 @@ def build_steps(call: RecordedCall, history: CallHistory, choices: list[Choice],
     for k, c in enumerate(choices):
         action, tokens, finish, model = _sampled(call, c, None if external is None else external[k])
         steps.append(new_step(
-            state.id, c.step, action, model=model, backend=gw.backend.name, sampling=sampling, finish_reason=finish,
+            state.id, c.step, action, model=model, model_path=None if external is not None else gw.backend.model_path,
+            backend=gw.backend.name, sampling=sampling, finish_reason=finish,
             latency_ms=latency_ms, messages_sent=sent, messages_seen=seen, tools=call.tools, tokens=tokens,
             parent_index=call.parent_index, drift=call.drift, retry_of=retry_of))
     call.retry_of = retry_of

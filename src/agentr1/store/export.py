@@ -106,7 +106,7 @@ def _write_parquet(sessions: Iterator[SessionRecord], path: Path, images: ImageS
         ("action_logprobs", pa.list_(pa.float32())), ("feedback_ids", pa.list_(pa.int32())),
         *[(c, pa.string()) for c in _JSON_COLUMNS],
         ("finish_reason", pa.string()), ("policy_version", pa.int32()), ("backend", pa.string()),
-        ("model", pa.string()), ("trainable", pa.bool_()), ("drift", pa.bool_()), ("latency_ms", pa.float64()),
+        ("model", pa.string()), ("model_path", pa.string()), ("trainable", pa.bool_()), ("drift", pa.bool_()), ("latency_ms", pa.float64()),
         ("reward", pa.float64()), ("session_reward", pa.float64()), ("created_at", pa.timestamp("us", tz="UTC")),
         ("images", pa.list_(pa.struct([("sha256", pa.string()), ("media_type", pa.string()), ("data", pa.binary())]))),
     ])

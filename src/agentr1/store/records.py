@@ -84,7 +84,8 @@ class StepRecord:
     feedback_ids: list[int] | None = field(default=None, metadata=_IDS)
     policy_version: int = 0
     backend: str = ""
-    model: str = ""
+    model: str = ""  # the name the model was served under (the trainer's gateway serves its policy as "policy")
+    model_path: str | None = None  # the model directory that served it (its tokenizer decodes the ids); None: unknown
     trainable: bool = True
     parent_index: int | None = None
     drift: bool = False

@@ -112,6 +112,7 @@ class StepRow(Base):
     policy_version: Mapped[int] = mapped_column(Integer, default=0)
     backend: Mapped[str] = mapped_column(String(64), default="")
     model: Mapped[str] = mapped_column(String(255), default="")
+    model_path: Mapped[str | None] = mapped_column(Text)  # the served model's directory (migration 0004)
     trainable: Mapped[bool] = mapped_column(Boolean, default=True)
     observation_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
     action_ids: Mapped[bytes | None] = mapped_column(LargeBinary)

@@ -71,12 +71,13 @@ class SampledTokens:
 
 
 def new_step(session_id: str, index: int, action: Action, *, model: str, backend: str, sampling: dict[str, Any],
-             finish_reason: str | None, latency_ms: float | None = None, messages_sent: list[Any] | None = None,
+             finish_reason: str | None, model_path: str | None = None, latency_ms: float | None = None, messages_sent: list[Any] | None = None,
              messages_seen: list[Any] | None = None, tools: list[Any] | None = None,
              tokens: SampledTokens | None = None, parent_index: int | None = None, drift: bool = False,
              retry_of: list[int] | None = None) -> StepRecord:
     """The step of one model call. It is trainable exactly when its tokens are known (``tokens``); a call that
-    has text only (an external model, a judge) stores no token ids."""
+    has text only (an external model, a judge) stores no token ids. ``model``: the name it was served under;
+    ``model_path``: the model directory that served it (what decodes its ids), where known."""
     return StepRecord(
         session_id=session_id, index=index, parent_index=parent_index,
         observation_ids=tokens.observation_ids if tokens else [], action_ids=tokens.action_ids if tokens else [],
@@ -84,6 +85,6 @@ def new_step(session_id: str, index: int, action: Action, *, model: str, backend
         policy_version=tokens.policy_version if tokens else 0, trainable=tokens is not None,
         messages_sent=messages_sent if messages_sent is not None else [],
         messages_seen=messages_seen if messages_seen is not None else [], tools=tools, sampling=sampling,
-        action=action.to_dict(), finish_reason=finish_reason, backend=backend, model=model, drift=drift,
+        action=action.to_dict(), finish_reason=finish_reason, backend=backend, model=model, model_path=model_path, drift=drift,
         retry_of=retry_of, latency_ms=latency_ms,
     )

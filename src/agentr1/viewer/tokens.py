@@ -1,8 +1,9 @@
 """Token-level views of a session: each step's action decoded token by token with its logprob, and
 the rows the trainer trains on (prefix-merged or per step: the store's one row layout) with their training mask.
 
-Tokens are decoded one at a time with the model's tokenizer (``--tokenizer DIR``, or the cached
-model directory named like the steps' ``model``); without one, ids are shown as they are.
+Tokens are decoded one at a time with the model's tokenizer: ``--tokenizer DIR`` if given, else the model directory
+that served the steps (each step records it: ``model_path``), else the cached model directory named like the steps'
+``model``; without one, ids are shown as they are.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,15 @@ class Tokenizers:
         self._pieces: dict[str, dict[int, str]] = {}
         self._lock = threading.Lock()
 
-    def resolve(self, model_names: list[str]) -> str | None:
-        """The tokenizer directory to use for steps served as ``model_names``."""
+    def resolve(self, steps: Iterable[StepRecord]) -> str | None:
+        """The tokenizer directory to decode ``steps`` with (see the module docstring)."""
         if self.explicit:
             return self.explicit
+        steps = list(steps)
+        for served in dict.fromkeys(s.model_path for s in steps if s.model_path):
+            if (Path(served).expanduser() / "tokenizer_config.json").exists():
+                return served
+        model_names = sorted({s.model for s in steps if s.model})
         try:
             from agentr1.core import models_cache_dir
 
@@ -106,7 +113,7 @@ def step_view(step: StepRecord, previous: StepRecord | None, tokenizers: Tokeniz
 def session_detail(record: SessionRecord, summary: Any, tokenizers: Tokenizers) -> SessionDetail:
     from agentr1.viewer.schemas import RewardView
 
-    path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
+    path = tokenizers.resolve(record.steps)
     steps = sorted(record.steps, key=lambda s: s.index)
     by_index = {s.index: s for s in steps}
     views = [step_view(s, by_index.get(s.parent_index) if s.parent_index is not None else steps[i - 1] if i else None,
@@ -128,7 +135,7 @@ def session_detail(record: SessionRecord, summary: Any, tokenizers: Tokenizers) 
 def session_rows(record: SessionRecord, layout: str, tokenizers: Tokenizers) -> RowsView:
     """The session as the trainer's rows: the store's one row layout (:func:`agentr1.store.lay_out_rows`), the one
     the trainer's batch builder trains on; every status shown (the trainer skips sessions still running)."""
-    path = tokenizers.resolve(sorted({s.model for s in record.steps if s.model}))
+    path = tokenizers.resolve(record.steps)
     metrics: Counter[str] = Counter()
     rows = lay_out_rows(record.steps, layout, metrics=metrics).rows
     metrics.update(rows=len(rows), tokens=sum(len(r.prompt_ids) + len(r.response_ids) for r in rows),

@@ -42,6 +42,7 @@ from agentr1.core.generation import (
 )
 
 from ._http import FastPoster, Retry, Server, ServerPool, error_message, route_key, transport_error
+from .base import tokenizer_dir
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ class RemoteBase:
         self.model_name = model_name or ""
         self.max_context = int(max_context or 0)
         self.tokenizer = tokenizer  # a HF tokenizer or a local model directory: the gateway renders with it
+        self.model_path = tokenizer_dir(tokenizer)  # the served model's local directory, as far as the gateway knows
         self.timeout, self.retries = timeout, retries
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.gate_timeout_s = timeout if gate_timeout_s is None else gate_timeout_s

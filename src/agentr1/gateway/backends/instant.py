@@ -10,6 +10,8 @@ from typing import Any
 
 from agentr1.core.generation import BackendError, BackendUnavailable, GenerateRequest, GenerateResult, StreamDelta
 
+from .base import tokenizer_dir
+
 Reply = Callable[[list[int]], str]
 
 
@@ -22,6 +24,7 @@ class InstantBackend:
         self.tokenizer = tokenizer
         self._reply = reply if callable(reply) else (lambda _ids, text=reply: text)
         self.model_name = model_name
+        self.model_path = tokenizer_dir(tokenizer)
         self.max_context = max_context
         self._end_id = tokenizer.convert_tokens_to_ids(end_token)
         self._version = 0

@@ -94,6 +94,7 @@ class LiteLLMBackend:
     name = "litellm"
     trainable = False
     tokenizer = None
+    model_path: str | None = None  # an external model: no directory, no token ids
 
     def __init__(self, model: str, *, model_name: str | None = None, api_base: str | None = None,
                  api_key: str | None = None, max_context: int = 128_000, timeout: float = 600.0, retries: int = 2,

@@ -59,6 +59,7 @@ class LocalBackend:
         self.engine = Engine(model_path, options, policy_version=policy_version, process=engine_process,
                              address=engine_address)
         self.model_name = model_name or Path(model_path).name
+        self.model_path: str | None = str(model_path)
         self.max_context = self.engine.max_context
         # a vision-language model: requests may carry images (GenerateRequest.multimodal)
         self.accepts_images = self.engine.image_token_id is not None
