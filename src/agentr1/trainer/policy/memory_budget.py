@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import struct
 from dataclasses import asdict, dataclass
@@ -32,6 +33,8 @@ from typing import Any
 
 __all__ = ["AUTO", "MemoryPlan", "ModelShape", "available_memory", "forward_token_bytes", "plan_memory",
            "resolve_memory_settings", "token_bytes", "update_bytes"]
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 # the policy's settings (verl's names) that "auto" resolves here
@@ -306,4 +309,9 @@ def resolve_memory_settings(config: Any, device: str, model_path: str | os.PathL
     settings = {name: getattr(config, name) for name in (*PLANNED, "param_dtype", "use_kl_loss", "critic")}
     needs_shape = device == "cpu" and any(settings[name] == AUTO for name in PLANNED[:2])
     plan = plan_memory(settings, device=device, shape=ModelShape.from_model(model_path) if needs_shape else None)
+    if plan.estimated_peak_gb is not None and plan.available_gb is not None and \
+            plan.estimated_peak_gb > plan.available_gb * USABLE_SHARE:
+        log.warning("the update is estimated at %.1f GiB at its smallest budget, more than the %.1f GiB it may plan for "
+                    "of the %.1f GiB available: a smaller model, param_dtype bf16 or more memory", plan.estimated_peak_gb,
+                    plan.available_gb * USABLE_SHARE, plan.available_gb)
     return dataclasses.replace(config, **{name: getattr(plan, name) for name in PLANNED}), plan
