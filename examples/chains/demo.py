@@ -19,8 +19,9 @@ at lr 2e-5 in mini-batches of 2, learning only from the samples that beat their 
 Held-out chains are evaluated before and after under the evaluation protocol (docs/evaluation.md): greedily, and one
 sample each at temperature 1; results in docs/results.md (the laptop demo's rows).
 
-Then a summary: before -> after on the same held-out chains (disjoint from every training and
-demonstration chain by construction, ``tasks.py``), tool calls per episode and episode length from
+Then a summary: before -> after on the same held-out chains of the test split (``trainer.eval_split=test``: disjoint
+from every training, validation and demonstration chain by construction, ``tasks.py``; no setting of the recipe was
+chosen on them), tool calls per episode and episode length from
 the traces (``scripts/gpu/episode_stats.py``), where the curves, traces and checkpoint are, and the ``agentr1 view``
 command. ``summary.json`` in the output folder holds it all, with wall time and peak memory.
 
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sft-batch", type=int, default=2, help="demonstrations per SFT optimizer step")
     parser.add_argument("--sft-lr", type=float, default=5e-5)
     parser.add_argument("--rl-steps", type=int, default=8)
-    parser.add_argument("--val", type=int, default=64, help="held-out chains (a greedy run and one sample each)")
+    parser.add_argument("--val", type=int, default=64, help="held-out chains of the test split (a greedy run and one "
+                        "sample each, before and after RL)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
@@ -183,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
          "held-out success again",
          [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft_checkpoint}",
           f"trainer.default_local_dir={out / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
-          f"data.val_size={args.val}", f"trainer.device={args.device}", *args.overrides], out / "rl.log", stages)
+          f"data.test_size={args.val}", "trainer.eval_split=test", f"trainer.device={args.device}", *args.overrides],
+         out / "rl.log", stages)
 
     summary = summarize(out)
     summary.update(demos=args.demos, sft_checkpoint=str(sft_checkpoint), wall_s=round(time.monotonic() - started, 1),
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run_id = next(summary[d]["before_episodes"]["run_id"] for d in ("greedy", "sampled") if d in summary)
     print(f"""
 == summary ({summary['wall_s'] / 60:.1f} min, peak memory {summary['peak_rss_gb']:.1f} GB)
-held-out success on chains the policy never trained on, before and after RL, under the same decoding:
+held-out success on the test split's chains (nobody trained or tuned on them), before and after RL, under the same decoding:
 {_lines(summary, args.demos)}
 curves      {summary['curves']} (RL), {summary['sft_curves']} (SFT)
 traces      {out / 'traces.db'}   (runs chains-demos, {run_id} and its training run)

@@ -45,3 +45,25 @@ def test_a_missing_or_unknown_split_is_named():
         load_tasks(only_val, "test")
     with pytest.raises(ValueError, match="split must be one of"):
         load_tasks(only_val, "dev")
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_the_trainers_evaluations_run_on_the_split_it_is_told(tmp_path: Path, tiny_model_path: Path, split: str):
+    """trainer.eval_split: the tasks of the trainer's own evaluations (before, every test_freq steps, after) come from
+    val by default, from test for a run whose before -> after is the claim (scripts/demo)."""
+    from agentr1.trainer import Trainer
+    from agentr1.trainer.config import JobConfig
+
+    config = JobConfig.model_validate({
+        "run_name": "splits", "db": f"sqlite:///{tmp_path / 'traces.db'}",
+        "agent": {"entrypoint": "e2e_agent:solve"},
+        "data": {"generator": f"{__name__}:recording_generator", "train_size": 4, "val_size": 3, "test_size": 2},
+        "actor_rollout_ref": {"model": str(tiny_model_path)},
+        "trainer": {"default_local_dir": str(tmp_path / "out"), "device": "cpu", "eval_split": split},
+    })
+    trainer = Trainer(config, quiet=True)
+    trainer.setup()
+    try:
+        assert [t["id"] for t in trainer.val_tasks] == [f"{split}-{i}" for i in range({"val": 3, "test": 2}[split])]
+    finally:
+        trainer.close()

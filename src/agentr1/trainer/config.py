@@ -462,6 +462,9 @@ class TrainerSection(TrackingOptions):
     total_training_steps: int = 10
     save_freq: int = 0  # 0 = only at the end
     test_freq: int = 0  # 0 = only before and after
+    # the split the trainer's own evaluations run on (before, every test_freq steps, after): val, where settings are
+    # chosen; test for a run whose before -> after is itself the claim and chooses nothing on it (scripts/demo)
+    eval_split: Literal["val", "test"] = "val"
     default_local_dir: str = "out/train"
     device: str = "auto"
     resume: bool = True

@@ -90,7 +90,9 @@ class Trainer:
             self.train_tasks, self.val_tasks = [], []
         else:
             self.train_tasks = load_tasks(cfg.data, "train")  # bad task files fail before any server starts
-            self.val_tasks = load_tasks(cfg.data, "val") if (cfg.data.val_files or cfg.data.generator) else []
+            held_out = cfg.trainer.eval_split  # the trainer's evaluations: val, or test for a run that chooses nothing
+            has_files = cfg.data.test_files if held_out == "test" else cfg.data.val_files
+            self.val_tasks = load_tasks(cfg.data, held_out) if (has_files or cfg.data.generator) else []
             # the gateway in front of the embedded engine or SGLang / vLLM servers (rollout.name)
             self.serving = start_serving(cfg, self.store, self.model_path, serve_from, run_id=self.state.run_id,
                                          policy_version=self.state.policy_version, log_dir=self.out_dir / "servers")
