@@ -2,9 +2,25 @@
 (:class:`agentr1.gateway.backends.local.LocalBackend` on a tiny random model), so the token ids,
 logprobs and finish reasons it returns are real and a client that works with it speaks SGLang.
 
-What it implements, as the released server does (sgl-project/sglang python/sglang/srt/
-entrypoints/http_server.py, managers/io_struct.py, managers/tokenizer_manager.py,
-sampling/sampling_params.py, managers/schedule_batch.py; DESIGN.md section 4):
+It follows the recordings of 2026-12-07 (a real SGLang 0.5.17 on one H100, SmolLM2-135M-Instruct bf16:
+tests/backends/fixtures/sglang/recorded/, replayed against this fake by test_sglang_fixture_replay.py); where
+they say nothing, SGLang's source (sgl-project/sglang python/sglang/srt/entrypoints/http_server.py,
+managers/io_struct.py, managers/tokenizer_manager.py, sampling/sampling_params.py,
+managers/schedule_batch.py; DESIGN.md section 4). What the recordings changed, the fake having been
+written from the source alone:
+
+- meta_info ends with ``cached_tokens_details`` ({"device": n, "host": 0}, null when nothing was cached)
+  and ``dp_rank`` (null) after ``cached_tokens``, in whole answers and in every stream event;
+- ``cached_tokens`` counts the prompt's tokens found in the prefix cache (fake_sglang_answers.PrefixCache), no longer 0;
+- ``/model_info`` and ``/get_model_info`` end with ``embedding`` (:data:`EMBEDDING_INFO`);
+- a request aborted while it runs (``/abort_request``, ``/pause_generation`` abort) ends with
+  FINISH_ABORT and the tokens it has, in the full meta_info, no longer as one aborted in the waiting queue;
+- ``/update_weights_from_tensor`` skips a name the model lacks and answers success (was 400), loads a
+  partial update (the tensors not sent keep their weights), and its message names the weight version
+  ("Success Weight version updated to 3.");
+- an input id past the vocabulary kills the real server (:class:`OutOfVocabulary`).
+
+What it implements:
 
 - ``POST|PUT /generate``: GenerateReqInput {text | input_ids, sampling_params, rid, return_logprob,
   logprob_start_len, top_logprobs_num, stream}; other top-level fields are ignored (a dataclass
@@ -12,63 +28,68 @@ sampling/sampling_params.py, managers/schedule_batch.py; DESIGN.md section 4):
   0.5.17: an unknown key raises TypeError ("Unexpected keyword argument '<key>'"), which
   http_server.generate_request does not catch (it catches ValueError): a plain 500 "Internal
   Server Error", and in a stream (whose 200 is sent) a connection that breaks off without
-  ``[DONE]``. Defaults max_new_tokens=128, temperature=1.0, top_p=1.0, top_k=-1 (whole
+  ``[DONE]`` (recorded). Defaults max_new_tokens=128, temperature=1.0, top_p=1.0, top_k=-1 (whole
   vocabulary), skip_special_tokens=True; temperature below 1e-6 decodes greedily; verify()'s
   limits and the context checks -> 400 ``{"error": {"message"}}`` (_create_error_response); stop
   strings are refused under ``skip_tokenizer_init``. Answer {text, output_ids, meta_info{id,
   finish_reason, prompt_tokens, weight_version, num_retractions, input_token_logprobs,
   output_token_logprobs [[logprob, id, null]], output_token_logprobs_length, (input_top_logprobs,
-  output_top_logprobs), reasoning_tokens, completion_tokens, cached_tokens, e2e_latency (once
-  finished), response_sent_to_client_ts (the first answer sent)}} in that order
-  (TokenizerManager._handle_batch_output, add_logprob_to_meta_info, _wait_one_response); no
-  ``text`` under skip_tokenizer_init. Streaming: ``data: {...}`` events (text cumulative;
+  output_top_logprobs), reasoning_tokens, completion_tokens, cached_tokens, cached_tokens_details,
+  dp_rank, e2e_latency (once finished), response_sent_to_client_ts (the first answer sent)}} in that
+  order; no ``text`` under skip_tokenizer_init. Streaming: ``data: {...}`` events (text cumulative;
   output_ids and logprob lists cumulative, or incremental with ``stream_output=True`` as
   ``--stream-output``), errors in-band as ``data: {"error": {"message", "type":
   "invalid_request_error", "code": 400, "retryable": false}}``, then ``data: [DONE]``.
 - Finish reasons (schedule_batch.py ``to_json``): {"type": "stop", "matched": id | string},
   {"type": "length", "length"}, {"type": "abort", "message": "Aborted", "status_code": null,
-  "err_type": null} (FINISH_ABORT: the engine ended a running request). A request aborted before it
-  ran (/abort_request, /pause_generation abort) answers as _handle_abort_req builds it: finish_reason
-  {"type": "abort", "message": "Abort in waiting queue"}, meta_info {id, finish_reason,
-  weight_version, e2e_latency, (logprob lists), completion_tokens} and ``text`` "" even without a
-  tokenizer; the fake aborts every request that way (its engine returns no partial tokens).
+  "err_type": null} (FINISH_ABORT: a running request aborted, with its tokens so far; the fake's engine
+  streams them, except for a request with top or prompt log-probabilities, which it generates whole). A
+  request aborted before its first token answers as _handle_abort_req builds it: finish_reason {"type":
+  "abort", "message": "Abort in waiting queue"}, meta_info {id, finish_reason, weight_version,
+  e2e_latency, (logprob lists), completion_tokens} and ``text`` "" even without a tokenizer (from the
+  source: not recorded).
 - ``/health``, ``/health_generate``, ``/get_model_info`` (deprecated) and ``/model_info``
   {model_path, tokenizer_path, is_generation, preferred_sampling_params, weight_version,
-  has_image_understanding, has_audio_understanding, model_type, architectures},
+  has_image_understanding, has_audio_understanding, model_type, architectures, embedding},
   ``/get_weight_version`` and ``/weight_version`` (404 in the ErrorResponse shape: deprecated),
   ``/v1/models`` (ModelCard: id, object, created, owned_by, root, parent, max_model_len),
-  ``/flush_cache``, ``/abort_request``, ``/update_weights_from_disk`` {model_path, weight_version}
-  -> {success, message, num_paused_requests} (400 with success false and "Failed to get weights
-  iterator: <error>." when the checkpoint cannot be read: the old weights stay),
-  ``/pause_generation`` {mode: abort | retract | in_place} (new requests wait; abort ends the
-  running ones with finish_reason abort), ``/continue_generation``, ``/update_weights_from_tensor``
-  {serialized_named_tensors: [one payload per rank], flush_cache, weight_version, ...} -> {success,
-  message} (400 with success false): the payload is unpickled as SGLang does (base64 of torch's
-  ForkingPickler: shared-memory file descriptors for CPU tensors here, CUDA IPC handles on a GPU).
-  SGLang copies each request's tensors into the model at once; the local engine loads only whole
-  state dicts, so the fake gathers a multi-request update's tensors and loads them with the request
-  that flushes the cache (the last bucket of :meth:`SGLangBackend.update_weights_from_tensors`).
+  ``/flush_cache`` (empties the prefix cache), ``/abort_request``, ``/update_weights_from_disk``
+  {model_path, weight_version} -> {success, message, num_paused_requests} (400 with success false and
+  "Failed to get weights iterator: <error>." when the checkpoint cannot be read: the old weights and
+  the prefix cache stay), ``/pause_generation`` {mode: abort | retract | in_place} (new requests wait;
+  abort ends the running ones with finish_reason abort), ``/continue_generation``,
+  ``/update_weights_from_tensor`` {serialized_named_tensors: [one payload per rank], flush_cache,
+  weight_version, ...} -> {success, message}: the payload is unpickled as SGLang does (base64 of
+  torch's ForkingPickler: shared memory for CPU tensors here, CUDA IPC handles on a GPU). SGLang copies
+  each request's tensors into the model at once; the local engine loads only whole state dicts, so the
+  fake gathers a multi-request update's tensors and loads them, completed with the engine's current
+  weights, with the request that flushes the cache (the last bucket of
+  :meth:`SGLangBackend.update_weights_from_tensors`). A tensor of the wrong shape: 400 with success
+  false (the fake's answer; a real server's was not recorded).
 
 Limits of the fake, not of SGLang: min_p, penalties, n, grammars, ignore_eos and logit_bias only
-at their neutral values (400 otherwise); stop_regex is refused. For tests: ``state.fail_next``
-(statuses the next /generate calls answer with), ``state.unhealthy``, ``state.requests`` (bodies
-received) and ``state.calls`` (control endpoints called, in order).
+at their neutral values (400 otherwise); stop_regex is refused; an input id past the vocabulary is a
+500 and the fake lives on. For tests: ``state.fail_next`` (statuses the next /generate calls answer
+with), ``state.unhealthy``, ``state.requests`` (bodies received) and ``state.calls`` (control
+endpoints called, in order).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fake_sglang_answers import FakeSGLangState, answers
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from tokenizers import Tokenizer
 
-from agentr1.core.generation import GenerateRequest, GenerateResult, SamplingParams
+from agentr1.core.generation import GenerateRequest, SamplingParams
 from agentr1.gateway.backends.tensor_ipc import load_named_tensors
 
 SAMPLING_KEYS = {
@@ -81,26 +102,23 @@ NEUTRAL = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "rep
            "min_new_tokens": 0, "n": 1, "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None,
            "ignore_eos": False, "logit_bias": None, "stop_regex": None}
 TOP_K_ALL = 1 << 30
+# /model_info's ``embedding``: what SGLang 0.5.17 answered for a generation model (SmolLM2, recorded); its ``bcg``
+# (batched CUDA graphs of prefill) names the server's capture sizes, 4 ... 8,192 tokens
+PREFILL_GRAPH_SIZES = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+                       *range(1280, 4097, 256), *range(4608, 8193, 512)]
+EMBEDDING_INFO = {
+    "family": "none", "task": "none", "execution": "none", "attention": "none", "pooling": "model_defined",
+    "normalize": False, "postprocessor": "none", "tokenizer_special_tokens": "model_default",
+    "supports_dimensions": False, "supports_token_embeddings": False, "supports_multimodal": False,
+    "requires_embedding_flag": False, "auto_enable_embedding": False, "bcg_eligibility": "disabled",
+    "safe_disable_kv_cache": False, "safe_disable_radix_cache": False, "safe_disable_chunked_prefill": False,
+    "enabled": False, "matryoshka_dimensions": [],
+    "bcg": {"prefill_backend": "breakable", "enabled": True, "capture_token_budget": 8192,
+            "capture_batch_sizes": PREFILL_GRAPH_SIZES},
+    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
+}
 
-
-@dataclass
-class FakeSGLangState:
-    engine: Any
-    model_path: str
-    served_model_name: str
-    context_len: int
-    stream_output: bool = False
-    skip_tokenizer_init: bool = False
-    weight_version: str = "default"
-    paused: bool = False
-    unhealthy: bool = False
-    fail_next: list[int] = field(default_factory=list)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    calls: list[tuple[str, Any]] = field(default_factory=list)
-    running: dict[str, asyncio.Task[Any] | None] = field(default_factory=dict)
-    aborted: set[str] = field(default_factory=set)
-    decoder: Any = None
-    pending_tensors: dict[str, Any] = field(default_factory=dict)  # buckets of a tensor update not loaded yet
+log = logging.getLogger("fake_sglang")
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -124,6 +142,12 @@ def _model_config(model_path: str) -> dict[str, Any]:
         return json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+class OutOfVocabulary(Exception):
+    """An input id past the vocabulary. SGLang 0.5.17 does not check it: the id reaches the embedding on the GPU,
+    where a device-side assert ends the scheduler and the server with it (recorded: no answer, then connection
+    refused). The fake cannot sensibly die: it answers a plain 500 (a stream breaks off after its 200) and lives on."""
 
 
 def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateRequest, dict[str, Any]]:
@@ -181,6 +205,8 @@ def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateReques
     start = -1 if body.get("logprob_start_len") is None else int(body["logprob_start_len"])
     if start not in (-1, 0):
         raise ValueError(f"fake SGLang: logprob_start_len={start} is not supported (-1: output only, 0: the prompt too)")
+    if any(not 0 <= t < state.vocab_size for t in ids):
+        raise OutOfVocabulary(f"input id past the vocabulary of {state.vocab_size}")
     rid = str(body.get("rid") or f"{time.time_ns():x}")
     options = {"rid": rid, "return_logprob": bool(body.get("return_logprob")),
                "skip_special_tokens": sp.get("skip_special_tokens", True) is not False,
@@ -189,59 +215,25 @@ def _parse(body: dict[str, Any], state: FakeSGLangState) -> tuple[GenerateReques
                            prompt_logprobs=bool(body.get("return_logprob")) and start == 0), options
 
 
-WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}  # TokenizerManager._handle_abort_req
+def _loaded(state: FakeSGLangState, body: dict[str, Any], message: str) -> str:
+    """A weight update's answer after a load that succeeded: ``message`` and, when the body set one, the new
+    weight version (SGLang's words: "<message> Weight version updated to <version>.", recorded)."""
+    if body.get("weight_version") is None:
+        return message
+    state.weight_version = str(body["weight_version"])
+    return f"{message} Weight version updated to {state.weight_version}."
 
 
-def _finish(result: GenerateResult | None, max_new: int, aborted: bool) -> dict[str, Any] | None:
-    if aborted:
-        return dict(WAITING_ABORT)
-    if result is None:
-        return None
-    if result.finish_reason == "length":
-        return {"type": "length", "length": max_new}
-    if result.finish_reason == "abort":  # FINISH_ABORT().to_json()
-        return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
-    return {"type": "stop", "matched": result.matched_stop}
-
-
-def _body(state: FakeSGLangState, req: GenerateRequest, opts: dict[str, Any], ids: list[int], lps: list[float],
-          tops: list[Any] | None, finish: dict[str, Any] | None, started: float, sent: int,
-          scored: GenerateResult | None = None) -> dict[str, Any]:
-    """One answer, or one stream event (``sent``: tokens already streamed, for incremental events), with
-    meta_info's keys in the order the tokenizer manager writes them (module docstring); ``scored``: the result
-    whose prompt log-probabilities go in ``input_token_logprobs`` (logprob_start_len 0)."""
-    cut = sent if opts["stream"] and state.stream_output else 0
-    aborted = finish == WAITING_ABORT
-    meta: dict[str, Any] = {"id": opts["rid"], "finish_reason": finish}
-    if not aborted:
-        meta.update(prompt_tokens=len(req.prompt_ids), weight_version=state.weight_version, num_retractions=0)
-    else:
-        meta.update(weight_version=state.weight_version, e2e_latency=time.monotonic() - started)
-    if opts["return_logprob"]:
-        prompt = scored.prompt_logprobs if scored is not None and scored.prompt_logprobs else []
-        meta["input_token_logprobs"] = [[lp, t, None] for lp, t in zip(prompt, req.prompt_ids, strict=False)]
-        meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids, strict=True)][cut:]
-        meta["output_token_logprobs_length"] = len(ids)
-        if req.sampling.top_logprobs:
-            meta["input_top_logprobs"] = [[[x.logprob, x.token_id, None] for x in top] if i else None
-                                          for i, top in enumerate(scored.prompt_top_logprobs or [])] if prompt else []
-            meta["output_top_logprobs"] = [[[x.logprob, x.token_id, None] for x in top] for top in tops or []][cut:]
-    if aborted:
-        meta["completion_tokens"] = len(ids)
-        return {"text": "", "output_ids": ids[cut:], "meta_info": meta}
-    meta.update(reasoning_tokens=0, completion_tokens=len(ids), cached_tokens=0)
-    if finish is not None:
-        meta["e2e_latency"] = time.monotonic() - started
-    if sent == 0:  # set once, on the first answer sent (_wait_one_response)
-        meta["response_sent_to_client_ts"] = time.time()
-    out: dict[str, Any] = {"output_ids": ids[cut:], "meta_info": meta}
-    if not state.skip_tokenizer_init:
-        text = state.decoder.decode(ids, skip_special_tokens=opts["skip_special_tokens"])
-        matched = (finish or {}).get("matched")
-        if isinstance(matched, str) and not opts["no_stop_trim"] and matched in text:
-            text = text[: text.index(matched)]
-        out = {"text": text, **out}
-    return out
+def _whole_state_dict(engine: Any, sent: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensors of a ``/update_weights_from_tensor`` as a whole state dict, which the local engine needs. SGLang
+    copies each tensor it is sent into the parameter of its name and keeps the others; a name the model lacks it
+    skips (logging "Parameter <name> not found in params_dict") and still answers success (recorded). So here such
+    names are dropped, and the parameters not sent keep the engine's current weights (its model runs in this
+    process)."""
+    current = engine.engine.model.state_dict()
+    for name in sorted(set(sent) - set(current)):
+        log.warning("Parameter %s not found in params_dict", name)
+    return {**current, **{name: tensor for name, tensor in sent.items() if name in current}}
 
 
 def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | None = None,
@@ -252,7 +244,8 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
                             served_model_name=served_model_name or str(model_path),
                             context_len=context_len or engine.max_context, stream_output=stream_output,
                             skip_tokenizer_init=skip_tokenizer_init,
-                            decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")))
+                            decoder=Tokenizer.from_file(str(Path(model_path) / "tokenizer.json")),
+                            vocab_size=engine.engine.vocab_size)
     app = FastAPI()
     app.state.fake = state
 
@@ -279,24 +272,10 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
             req, opts = _parse(body, state)
         except ValueError as exc:
             return _error(str(exc))
-        except TypeError:  # not caught by SGLang's handler: Starlette's plain 500
+        except (TypeError, OutOfVocabulary):  # not caught by SGLang's handler: Starlette's plain 500
             return PlainTextResponse("Internal Server Error", status_code=500)
-        started = time.monotonic()
-        task = asyncio.ensure_future(state.engine.generate(req))
-        state.running[opts["rid"]] = task
-        try:
-            result: GenerateResult | None = await task
-        except asyncio.CancelledError:
-            if opts["rid"] not in state.aborted:
-                raise
-            result = None
-        finally:
-            state.running.pop(opts["rid"], None)
-        aborted = result is None
-        ids, lps = ([], []) if aborted else (result.output_ids, result.logprobs)
-        tops = None if aborted else result.top_logprobs
-        finish = _finish(result, req.sampling.max_new_tokens, aborted)
-        return JSONResponse(_body(state, req, opts, ids, lps, tops, finish, started, 0, result))
+        whole = [answer async for answer in answers(state, req, opts)]
+        return JSONResponse(whole[-1])
 
     async def _events(body: dict[str, Any]) -> Any:
         def event(payload: dict[str, Any]) -> bytes:
@@ -308,32 +287,9 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
             yield event(_stream_error(str(exc)))
             yield b"data: [DONE]\n\n"
             return
-        # a TypeError (an unknown sampling key) propagates: the ASGI server breaks the connection off
-        started, rid = time.monotonic(), opts["rid"]
-        state.running[rid] = None
-        ids: list[int] = []
-        lps: list[float] = []
-        tops: list[Any] = []
-        sent = 0
-        whole: GenerateResult | None = None
-        try:
-            if req.sampling.top_logprobs or req.prompt_logprobs:  # they come with the result: replay it
-                whole = await state.engine.generate(req)
-                deltas: Any = [([t], [lp], [top], None) for t, lp, top
-                               in zip(whole.output_ids, whole.logprobs,
-                                      whole.top_logprobs or [[]] * len(whole.output_ids), strict=True)]
-                deltas[-1] = (*deltas[-1][:3], whole)
-            else:
-                deltas = state.engine.stream(req)
-            async for token_ids, logprobs, new_tops, result in _as_async(deltas):
-                ids, lps, tops = ids + token_ids, lps + logprobs, tops + new_tops
-                finish = _finish(result, req.sampling.max_new_tokens, rid in state.aborted)
-                yield event(_body(state, req, opts, ids, lps, tops, finish, started, sent, whole))
-                sent = len(ids)
-                if finish is not None:
-                    break
-        finally:
-            state.running.pop(rid, None)
+        # a TypeError (an unknown sampling key) or OutOfVocabulary propagates: the ASGI server breaks the connection off
+        async for answer in answers(state, req, opts):
+            yield event(answer)
         yield b"data: [DONE]\n\n"
 
     @app.get("/health")
@@ -348,7 +304,8 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         return {"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True,
                 "preferred_sampling_params": None, "weight_version": state.weight_version,
                 "has_image_understanding": False, "has_audio_understanding": False,
-                "model_type": config.get("model_type"), "architectures": config.get("architectures")}
+                "model_type": config.get("model_type"), "architectures": config.get("architectures"),
+                "embedding": EMBEDDING_INFO}
 
     @app.get("/get_weight_version")
     @app.get("/weight_version")
@@ -367,6 +324,7 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
         state.calls.append(("flush_cache", None))
+        state.prefixes.clear()
         return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
                         "waiting requests, the operation will not be performed.)\n", status_code=200)
 
@@ -379,11 +337,9 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         except Exception as exc:
             return JSONResponse({"success": False, "message": f"Failed to get weights iterator: {exc}.",
                                  "num_paused_requests": 0}, status_code=400)
-        message = "Succeeded to update model weights."
-        if body.get("weight_version") is not None:
-            state.weight_version = str(body["weight_version"])
-            message += f" Weight version updated to {state.weight_version}."
-        return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
+        state.prefixes.clear()
+        return JSONResponse({"success": True, "message": _loaded(state, body, "Succeeded to update model weights."),
+                             "num_paused_requests": 0})
 
     @app.post("/update_weights_from_tensor")
     async def update_weights_from_tensor(request: Request) -> JSONResponse:
@@ -393,14 +349,13 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         try:
             state.pending_tensors.update(load_named_tensors(body["serialized_named_tensors"][0]))
             if body.get("flush_cache", True):
-                tensors, state.pending_tensors = state.pending_tensors, {}
-                await state.engine.update_weights_from_tensors(tensors)
-        except Exception as exc:
+                sent, state.pending_tensors = state.pending_tensors, {}
+                await state.engine.update_weights_from_tensors(_whole_state_dict(state.engine, sent))
+                state.prefixes.clear()
+        except Exception as exc:  # (a real server's answer to a tensor of the wrong shape was not recorded)
             state.pending_tensors = {}
             return JSONResponse({"success": False, "message": f"{type(exc).__name__}: {exc}"}, status_code=400)
-        if body.get("weight_version") is not None:
-            state.weight_version = str(body["weight_version"])
-        return JSONResponse({"success": True, "message": "Success"})
+        return JSONResponse({"success": True, "message": _loaded(state, body, "Success")})
 
     @app.post("/pause_generation")
     async def pause_generation(request: Request) -> JSONResponse:
@@ -432,16 +387,6 @@ def create_app(engine: Any, *, model_path: str | Path, served_model_name: str | 
         return Response(status_code=200)
 
     return app
-
-
-async def _as_async(deltas: Any) -> Any:
-    """(token_ids, logprobs, top logprobs, result) from a LocalBackend stream or a list of them."""
-    if isinstance(deltas, list):
-        for item in deltas:
-            yield item
-        return
-    async for delta in deltas:
-        yield delta.token_ids, delta.logprobs, [], delta.result
 
 
 def main(argv: list[str] | None = None) -> None:

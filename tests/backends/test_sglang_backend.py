@@ -259,8 +259,8 @@ def test_weight_sync_pauses_updates_and_continues_every_server(prompts, tiny_mod
 def test_weight_sync_from_tensors_in_buckets_without_a_file(prompts, tiny_model_path, tmp_path):
     """``update_weights_from_tensors``: the tensors reach every server through ``/update_weights_from_tensor`` in
     buckets (ForkingPickler payloads: shared memory on the CPU, CUDA IPC handles on a GPU), the last bucket sets the
-    weight version; a payload a server cannot load fails the update on every server, which then serve nothing until an
-    update succeeds."""
+    weight version; a partial update changes only the tensors it names; a payload a server cannot load fails the
+    update on every server, which then serve nothing until an update succeeds."""
     from agentr1.core.models import build_tiny_random_model
     from agentr1.engine.weights import read_safetensors
 
@@ -282,18 +282,29 @@ def test_weight_sync_from_tensors_in_buckets_without_a_file(prompts, tiny_model_
                 after = await b.generate(long)
                 assert after.policy_version == 1
                 assert after.output_ids == (await reference.generate(long)).output_ids != before.output_ids
+                # a tensor of the wrong shape: the fake refuses it (a real server's answer to that was not recorded;
+                # one under a name the model lacks SGLang skips, and answers success: recorded)
+                name, weight = next(iter(tensors.items()))
                 with pytest.raises(BackendError, match="failed on every sglang server"):
-                    await b.update_weights_from_tensors({"model.no_such_weight": next(iter(tensors.values()))})
+                    await b.update_weights_from_tensors({name: weight[:1]})
                 assert all(s.weights_unknown for s in b.pool.servers)  # part of it may have loaded: none serves
-                assert await b.update_weights_from_tensors(read_safetensors(tiny_model_path)) == 2
+                original = read_safetensors(tiny_model_path)
+                assert await b.update_weights_from_tensors(original) == 2
                 assert not any(s.stale or s.weights_unknown for s in b.pool.servers)
                 again = await b.generate(long)
                 assert again.output_ids == before.output_ids and again.policy_version == 2
+                # a partial update: the other tensors keep their weights; an unknown name is skipped, not refused
+                embedding = "model.embed_tokens.weight"
+                assert await b.update_weights_from_tensors({embedding: tensors[embedding]}) == 3
+                assert (await b.generate(long)).output_ids != before.output_ids
+                assert await b.update_weights_from_tensors({embedding: original[embedding],
+                                                            "model.no_such_weight": weight}) == 4
+                assert (await b.generate(long)).output_ids == before.output_ids
 
             run(using(SGLangBackend(urls, backoff_s=0.01), body))
         for app in apps:
             calls = app.state.fake.calls
-            first = [i for i, (name, _) in enumerate(calls) if name == "continue_generation"][0]
+            first = next(i for i, (name, _) in enumerate(calls) if name == "continue_generation")
             names = [name for name, _ in calls[: first + 1]]
             assert names[0] == "pause_generation" and names[-1] == "continue_generation"
             loads = [body for name, body in calls[: first + 1] if name == "update_weights_from_tensor"]

@@ -7,8 +7,15 @@ server's), in the recorded order, and the fake's answer must have the recorded o
 compares it (test_vllm_fixture_replay.shape_diff: keys in the same order, JSON types, lists element by element),
 except what the model decides: ``finish_reason`` of a generation that stopped or ran out of length (which one
 depends on the model: the fake runs the tiny random test model), values, and lengths. Streams: ``data:`` events,
-``[DONE]`` last, the same kinds (middle, final, error) in the same order. Not replayed, by name (REQUIRES_SERVER):
-the exchanges that need two requests at once (an abort while a stream runs) or SGLang's own CUDA tensors.
+``[DONE]`` last, the same kinds (middle, final, error) in the same order.
+
+Three kinds of request cannot go to the fake byte for byte, so they are sent as close to the recording as the fake
+allows. A tensor update's CUDA IPC handles mean nothing here: the fake gets CPU tensors in shared memory of what the
+recorder sent (the model's own weights, or one tensor under a name the model lacks: scripts/gpu/sglang_record.py's
+``tensor_update``). An abort while a stream runs (``PARTNERS``) is two requests at once: the stream, and its partner
+(``/abort_request``, ``/pause_generation``) sent once the first event arrived, as the recorder did; both answers are
+compared; the stream goes without ``ignore_eos`` (the local engine has no such switch; the abort comes after a few
+tokens). Not replayed, by name (REQUIRES_SERVER): what killed the real server.
 """
 
 from __future__ import annotations
@@ -23,24 +30,26 @@ import pytest
 from backend_helpers import served
 from test_vllm_fixture_replay import events, send, shape_diff
 
+from agentr1.gateway.backends.tensor_ipc import serialize_named_tensors
+
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "recorded"
-REQUIRES_SERVER = {  # name prefix -> why the replay cannot send it to the fake on its own
-    "stream_aborted": "aborted by /abort_request while it streamed (two requests at once)",
-    "abort_request": "answers for the stream above",
-    "stream_paused_abort": "aborted by /pause_generation while it streamed",
-    "pause_generation_abort": "answers for the stream above",
-    "update_weights_from_tensor": "CUDA IPC handles of the recording machine",
-    "error_update_weights_from_tensor": "CUDA IPC handles of the recording machine",
+REQUIRES_SERVER = {  # name prefix -> why the replay cannot send it to the fake
+    "error_out_of_vocabulary": "an input id past the vocabulary killed the real server (no answer): the fake "
+                               "cannot sensibly die, it answers 500 and lives on",
+    "health_after_out_of_vocabulary": "the real server was dead by then (connection refused)",
 }
+PARTNERS = {"stream_aborted": "abort_request", "stream_paused_abort": "pause_generation_abort"}  # stream -> control
+UNKNOWN_TENSOR = "model.layers.0.no_such_weight"  # the name sglang_record.tensor_update sends (its server's log too)
 MODEL_DECIDED = {"finish_reason"}  # stop (matched) or length: which one is the model's doing, unless an abort
 
 
-def load() -> list[dict[str, Any]]:
-    cases = [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))]
-    return sorted((c for c in cases if not c["name"].startswith(tuple(REQUIRES_SERVER))), key=lambda c: c["seq"])
+def load() -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in (json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json")))}
 
 
-CASES = load()
+RECORDED = load()
+CASES = sorted((c for name, c in RECORDED.items() if name not in REQUIRES_SERVER and name not in PARTNERS.values()),
+               key=lambda c: c["seq"])
 
 
 def without_model_decisions(value: Any) -> Any:
@@ -88,13 +97,52 @@ def compare(fixture: dict[str, Any], answer: httpx.Response) -> list[str]:
     return shape_diff(without_model_decisions(want["body"]), without_model_decisions(answer.json()))
 
 
-def local_request(request: dict[str, Any], model_path: Path) -> dict[str, Any]:
-    """``request`` with the recording machine's checkpoint (a disk update's model_path) replaced by the fake's
-    model, unless it names one that does not exist (the failed load)."""
-    body = request.get("body")
-    if not isinstance(body, dict) or "model_path" not in body or body["model_path"].startswith("/nonexistent"):
+def local_request(fixture: dict[str, Any], model_path: Path) -> dict[str, Any]:
+    """The fixture's request as the fake can take it (module docstring): the recording machine's checkpoint (a disk
+    update's model_path) replaced by the fake's model, unless it names one that does not exist (the failed load); a
+    tensor update's CUDA tensors by CPU tensors of what was sent; a stream aborted beside another request without
+    ``ignore_eos``."""
+    request, body = fixture["request"], fixture["request"].get("body")
+    if not isinstance(body, dict):
+        return request
+    if "serialized_named_tensors" in body:
+        return {**request, "body": {**body, "serialized_named_tensors": [
+            serialize_named_tensors(sent_tensors(fixture["name"], model_path))]}}
+    if fixture["name"] in PARTNERS:
+        sampling = {k: v for k, v in body["sampling_params"].items() if k != "ignore_eos"}
+        return {**request, "body": {**body, "sampling_params": sampling}}
+    if "model_path" not in body or body["model_path"].startswith("/nonexistent"):
         return request
     return {**request, "body": {**body, "model_path": str(model_path)}}
+
+
+def sent_tensors(name: str, model_path: Path) -> list[tuple[str, Any]]:
+    """CPU tensors of what the recorder sent in a tensor update (sglang_record.tensor_update): one under a name the
+    model lacks, or the model's own weights. Kept alive for the fake to open: the payload names their shared memory."""
+    import torch
+
+    from agentr1.engine.weights import read_safetensors
+
+    named = ([(UNKNOWN_TENSOR, torch.zeros(4, dtype=torch.bfloat16))] if name.endswith("_unknown_name")
+             else list(read_safetensors(model_path).items()))
+    SENT.append(named)
+    return named
+
+
+SENT: list[Any] = []  # the tensors of the payloads sent
+
+
+def send_beside(url: str, stream: dict[str, Any], partner: dict[str, Any]) -> tuple[httpx.Response, httpx.Response]:
+    """A stream, and ``partner`` sent once its first event arrived (sglang_record.abort_while_streaming): both
+    answers."""
+    with httpx.Client(timeout=120) as client, client.stream(
+            stream["method"], url + stream["path"], content=json.dumps(stream["body"]).encode(),
+            headers={"Content-Type": "application/json"}) as r:
+        chunks = r.iter_text()
+        text = next(chunks, "")
+        control = send(url, partner)
+        text += "".join(chunks)
+    return httpx.Response(r.status_code, headers=r.headers, text=text), control
 
 
 @pytest.fixture(scope="module")
@@ -124,12 +172,17 @@ def compare_sglang(fixture: dict[str, Any], answer: httpx.Response) -> list[str]
 @pytest.mark.parametrize("fixture", CASES, ids=[c["name"] for c in CASES])
 def test_the_fake_answers_like_sglang(fixture, fakes, tiny_model_path):
     url = fakes(fixture["server"])
-    request = local_request(fixture["request"], tiny_model_path)
-    try:
-        answer = send(url, request)
-    except httpx.TransportError as exc:  # a stream the fake broke off, as SGLang does for an unknown sampling key
-        answer = httpx.Response(599, text=f"{type(exc).__name__}: {exc}")
-    problems = compare_sglang(fixture, answer)
+    request = local_request(fixture, tiny_model_path)
+    if fixture["name"] in PARTNERS:
+        partner = RECORDED[PARTNERS[fixture["name"]]]
+        answer, control = send_beside(url, request, partner["request"])
+        problems = compare_sglang(fixture, answer) + compare_sglang(partner, control)
+    else:
+        try:
+            answer = send(url, request)
+        except httpx.TransportError as exc:  # a stream the fake broke off, as SGLang does for an unknown sampling key
+            answer = httpx.Response(599, text=f"{type(exc).__name__}: {exc}")
+        problems = compare_sglang(fixture, answer)
     assert not problems, f"fixture {fixture['name']} ({fixture['source']}):\n" + "\n".join(problems)
 
 
@@ -147,4 +200,4 @@ def test_the_comparison_ignores_model_decisions_but_not_shapes():
     stream = 'data: {"output_ids":[1],"meta_info":{"finish_reason":null}}\n\n' \
              'data: {"output_ids":[1,2],"meta_info":{"finish_reason":{"type":"length","length":2}}}\n\ndata: [DONE]\n\n'
     assert [k for k, _ in event_kinds(stream)] == ["middle", "final", "[DONE]"]
-    assert REQUIRES_SERVER and all(not c["name"].startswith(tuple(REQUIRES_SERVER)) for c in CASES)
+    assert REQUIRES_SERVER and all(c["name"] not in REQUIRES_SERVER for c in CASES)
