@@ -1,8 +1,9 @@
-"""A row's tokens and log-probabilities on the CPU do not depend on the rows it is decoded with nor on the thread
-count: a greedy evaluation then gives the same episodes whatever other episodes run beside each of its calls
-(docs/evaluation.md, reproducibility). Without the engine's care (decode steps of two rows at least, a lone row's
-log-normaliser summed beside a copy) SmolLM2's rows decoded alone differed from the same rows in company in the
-last bits of their logits from the second decode step on, and one of four greedy replies took another token."""
+"""With ``batch_invariant`` a row's tokens and log-probabilities on the CPU do not depend on the rows it is decoded
+with nor on the thread count: a greedy evaluation then gives the same episodes whatever other episodes run beside
+each of its calls (docs/evaluation.md, reproducibility). Without the engine's care (decode steps of two rows at
+least, a lone row's log-normaliser summed beside a copy) SmolLM2's rows decoded alone differed from the same rows in
+company in the last bits of their logits from the second decode step on, and one of four greedy replies took another
+token."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _prompts(backend: LocalBackend) -> list[list[int]]:
 def _greedy(path: Path, dtype: str, threads: int, *, together: bool) -> list[GenerateResult]:
     """The four prompts' greedy replies on ``threads`` threads: one after the other (each decoded alone), or all at
     once (decoded beside each other, rows joining and leaving as they start and end)."""
-    backend = LocalBackend(path, EngineOptions(device="cpu", dtype=dtype, num_threads=threads))
+    backend = LocalBackend(path, EngineOptions(device="cpu", dtype=dtype, num_threads=threads, batch_invariant=True))
     backend.engine.start()
     try:
         requests = [GenerateRequest(prompt_ids=p, sampling=SamplingParams(max_new_tokens=24 + 4 * i, temperature=0.0))

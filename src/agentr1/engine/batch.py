@@ -75,9 +75,11 @@ __all__ = ["BatchEngine"]
 log = logging.getLogger(__name__)
 
 CPU_LENGTH_STEP = 64
-# a CPU decode step runs at least this many rows (padding rows beside a lone one): oneDNN multiplies one row in
-# another order than two or more (SmolLM2's down projection), so a row decoded alone would get other bits than in
-# company, and a greedy evaluation's tokens would depend on which episodes were still running (packed_linear.py)
+# with ``batch_invariant``, a CPU decode step runs at least this many rows (a padding row beside a lone one): oneDNN
+# multiplies one row in another order than two or more (SmolLM2's down projection), so a row decoded alone gets other
+# bits than in company, and a greedy evaluation's tokens would depend on which episodes were still running
+# (packed_linear.py). Its price: 21.7 -> 24.1 CPU ms a token in bfloat16, 31.9 -> 35.7 in float32, for a lone row
+# (SmolLM2, one thread, 2-core AMD EPYC VM, 2026-12-06)
 CPU_MIN_ROWS = 2
 
 
@@ -122,7 +124,7 @@ class BatchEngine:
         self.overlap = gpu if options.overlap is None else options.overlap  # on a CPU every op waits anyway
         self.prefill_budget = options.prefill_budget or (16384 if gpu else 1024)
         self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
-        self.min_rows = 1 if gpu else CPU_MIN_ROWS
+        self.min_rows = CPU_MIN_ROWS if options.batch_invariant and not gpu else 1
         self.cache = SlotCache(model.config, self.device, self.dtype)
         cache_bytes = options.cache_bytes
         if cache_bytes is None:
@@ -136,7 +138,8 @@ class BatchEngine:
             self._decode_step = torch.compile(self._decode_forward, dynamic=True)
         self._graphs = DecodeGraphs(self._decode_step, self._safe_inputs) if gpu and options.cuda_graphs else None
         # on the CPU a Llama-family step or text prefill runs as one flat function of the same operations (flat_forward.py)
-        self._flat = flat_forward_for(model) if not gpu and options.flat_forward and not options.compile else None
+        self._flat = (flat_forward_for(model, pair_lone_rows=options.batch_invariant)
+                      if not gpu and options.flat_forward and not options.compile else None)
         self._sampling: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._in_flight: _Step | None = None
         self._ids = self._pos = self._slot_ids = self._cols = torch.zeros(0, dtype=torch.long)

@@ -138,8 +138,10 @@ class FlatForward:
     """Decode steps (:meth:`decode`) and text prefills (:meth:`prefill`) of ``model`` as flat functions (see the
     module docstring)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, pair_lone_rows: bool = False) -> None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        self.pair_lone_rows = pair_lone_rows
 
         inner = model.model
         self.embed = inner.embed_tokens
@@ -218,10 +220,10 @@ class FlatForward:
                 for group in flat.groups]
 
     def _output_layer(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The output layer over ``hidden`` [rows, 1, hidden]; a lone row beside a copy of itself, so that its logits
-        are the bits it gets in company (a CPU product of one row sums in another order than of two or more:
-        ``packed_linear.py``; decode steps run two rows at least for the same reason, ``batch.py``)."""
-        if hidden.shape[0] == 1 and hidden.device.type == "cpu":
+        """The output layer over ``hidden`` [rows, 1, hidden]; with :attr:`pair_lone_rows` a lone row beside a copy of
+        itself, so that its logits are the bits it gets in company (a CPU product of one row sums in another order
+        than of two or more: ``packed_linear.py``; decode steps then run two rows at least, ``batch.py``)."""
+        if self.pair_lone_rows and hidden.shape[0] == 1 and hidden.device.type == "cpu":
             return self.lm_head(hidden.expand(2, -1, -1).contiguous())[:1]
         return self.lm_head(hidden)
 
@@ -257,6 +259,7 @@ class FlatForward:
         return hidden
 
 
-def flat_forward_for(model: Any) -> FlatForward | None:
-    """A :class:`FlatForward` of ``model``, or None where :func:`unsupported_reason` says it cannot run it."""
-    return None if unsupported_reason(model) is not None else FlatForward(model)
+def flat_forward_for(model: Any, *, pair_lone_rows: bool = False) -> FlatForward | None:
+    """A :class:`FlatForward` of ``model``, or None where :func:`unsupported_reason` says it cannot run it;
+    ``pair_lone_rows``: a prefill's lone row goes through the output layer beside a copy (``batch_invariant``)."""
+    return None if unsupported_reason(model) is not None else FlatForward(model, pair_lone_rows=pair_lone_rows)

@@ -31,3 +31,7 @@ class EngineOptions:
     flat_forward: bool = True  # on the CPU, run Llama/Qwen2 decode steps and text prefills as flat functions (flat_forward.py)
     packed_weights: bool = True  # on the CPU, multiply by weights packed once for oneDNN (packed_linear.py)
     overlap: bool | None = None  # queue each decode step before reading the previous one's tokens (None: on a GPU)
+    # on the CPU, a row's bits whatever rows share its steps: decode steps of two rows at least and a lone prefill
+    # row's output layer beside a copy (oneDNN multiplies one row in another order than two or more: batch.py);
+    # ~12% more CPU a token for the steps that decode one row. agentr1 eval's reproducible greedy pass turns it on
+    batch_invariant: bool = False

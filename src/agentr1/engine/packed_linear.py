@@ -14,8 +14,9 @@ hooks, whose forward reads the packed copy. Its results differ from MKL's in the
 summation order, ~1e-4 relative at most on SmolLM2's shapes), but not with the number of rows in the
 product from 2 rows up nor with the thread count, so the engine's bit-exact prefix reuse holds as before. One row
 is another matter: with a longer inner dimension (SmolLM2's down projection, 1,536) oneDNN sums a lone row in
-another order than two or more (float32 and bfloat16, AMD EPYC, 2026-12-06), so the engine never multiplies one row
-alone (``batch.py``'s decode steps, ``flat_forward.py``'s output layer).
+another order than two or more (float32 and bfloat16, AMD EPYC, 2026-12-06): where a row's bits must not depend on
+its batch (``EngineOptions.batch_invariant``), the engine never multiplies one row alone (``batch.py``'s decode steps,
+``flat_forward.py``'s output layer).
 
 The packed copy replaces the weight: the layer's ``weight`` parameter keeps its shape and dtype but holds one
 element (a zero, broadcast), so the model takes no more memory than before; ``state_dict()`` gives the weight

@@ -64,6 +64,10 @@ class GatewaySettings(BaseSettings):
     engine_threads: int | None = Field(None, ge=1, description="Local backend on the CPU: the engine's torch threads "
                                        "(default: of the counts up to the cores other work leaves free, the fastest). "
                                        "What it samples does not depend on it. docs/evaluation.md")
+    engine_batch_invariant: bool = Field(False, description="Local backend on the CPU: a row's tokens and log-probs "
+                                         "the same bits whatever rows share its steps (decode steps of two rows at "
+                                         "least: ~12% more CPU for the steps of a lone row). agentr1 eval turns it on. "
+                                         "docs/evaluation.md")
     cache_gb: float | None = Field(None, gt=0, description="Local backend: GiB for the KV cache (running rows and cached "
                                    "prefixes; default a quarter of the GPU memory free at start, 1 GiB on the CPU). Set "
                                    "it when several engines share one GPU: each default takes a quarter of what is left.")
@@ -140,7 +144,7 @@ class GatewaySettings(BaseSettings):
         """The embedded engine's options (the ``local`` backend): the device, batch size and engine flags above."""
         return EngineOptions(device=self.device, dtype=self.engine_dtype, max_batch_size=self.max_batch_size,
                              compile=self.engine_compile, prefill_budget=self.prefill_budget, exact=self.engine_exact,
-                             num_threads=self.engine_threads,
+                             num_threads=self.engine_threads, batch_invariant=self.engine_batch_invariant,
                              cache_bytes=None if self.cache_gb is None else int(self.cache_gb * 2**30))
 
     def base_url(self, request_base: str) -> str:

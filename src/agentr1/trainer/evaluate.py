@@ -138,15 +138,15 @@ def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str, *, re
 
 
 def reproducible_settings(settings: GatewaySettings) -> GatewaySettings:
-    """``settings`` for an evaluation whose greedy pass gives the same episodes every time on this machine: on the CPU
-    the embedded engine prefills in exact mode (``engine_exact``: a prompt's keys and values are the same bits
-    whether it was prefilled whole, in pieces or reused from another session's cached prefix; otherwise which
-    prefixes are cached, and so a call's bits, depends on the order the episodes' calls came in). The engine's
-    decode steps and sampling are the same bits alone or in company and on any thread count by themselves
-    (``agentr1.engine.batch``, ``sampling``). On a GPU the job's settings stay: cuBLAS sums in orders that change with
-    the batch, and no setting makes its results independent of the rows beside them."""
+    """``settings`` for an evaluation whose greedy pass gives the same episodes every time on this machine. On the CPU
+    the embedded engine runs batch-invariant (``engine_batch_invariant``: a call's bits do not depend on which other
+    calls share its decode steps) and prefills in exact mode (``engine_exact``: a prompt's keys and values are the
+    same bits whether it was prefilled whole, in pieces or reused from another session's cached prefix; otherwise
+    which prefixes are cached, and so a call's bits, depends on the order the episodes' calls came in). The thread
+    count changes no bits (``agentr1.engine.sampling.logsumexp_rows``). On a GPU the job's settings stay: cuBLAS sums
+    in orders that change with the batch, and no setting makes its results independent of the rows beside them."""
     if runs_on_cpu(settings.device):
-        return settings.model_copy(update={"engine_exact": True})
+        return settings.model_copy(update={"engine_exact": True, "engine_batch_invariant": True})
     return settings
 
 
