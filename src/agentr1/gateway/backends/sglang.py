@@ -35,14 +35,19 @@ http_server.py``, ``managers/io_struct.py``, ``managers/tokenizer_manager.py``,
   ``weight_version`` comes back in each answer's meta_info: the policy version of that result.
 - Servers launched by verl run with ``--skip-tokenizer-init``: only input_ids work, and stop strings
   are refused (they need the tokenizer); stop token ids work.
+- Input ids are not checked against the vocabulary: one past it reaches the embedding on the GPU, where a
+  device-side assert ends the server (SGLang 0.5.17, recorded 2026-12-07: no answer, then connection refused).
+  So the backend refuses such prompts before sending them (:meth:`SGLangBackend.check_prompt`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,6 +56,7 @@ from agentr1.core.generation import BackendError, GenerateRequest, GenerateResul
 
 from ._http import Retry, Server, check, json_body, stream_events, transport_error
 from ._remote import GrammarFields, RemoteBase, TokenOutput
+from .base import tokenizer_dir
 from .tensor_ipc import DEFAULT_BUCKET_BYTES, serialize_named_tensors, tensor_buckets
 
 __all__ = ["SGLangBackend"]
@@ -95,6 +101,25 @@ def _alternatives(top: list[Any] | None, n: int) -> list[TokenLogprob]:
     return [TokenLogprob(int(t[1]), float(t[0])) for t in (top or [])[:n]]
 
 
+def served_vocabulary(tokenizer: Any) -> int | None:
+    """How many input ids the served model has, as far as the backend's ``tokenizer`` (a model directory or a HF
+    tokenizer loaded from one) tells: ``vocab_size`` in the directory's config.json (a vision-language model's
+    ``text_config``'s), the rows of the embedding the server looks ids up in; else the tokenizer's length; None when
+    neither is known."""
+    directory = tokenizer_dir(tokenizer)
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text()) if directory else {}
+    except (OSError, ValueError):
+        config = {}
+    text_config = config.get("text_config")
+    size = (text_config.get("vocab_size") if isinstance(text_config, dict) else None) or config.get("vocab_size")
+    if isinstance(size, int) and size > 0:
+        return size
+    if tokenizer is None or isinstance(tokenizer, str) or not hasattr(tokenizer, "__len__"):
+        return None
+    return len(tokenizer)
+
+
 class _Output(TokenOutput):
     """The tokens of one generation, gathered from a whole answer or from stream events."""
 
@@ -132,7 +157,8 @@ class SGLangBackend(RemoteBase):
     running once the gateway's own have drained (``drain_timeout_s``): "abort" (default: they end
     with finish_reason abort, and the gateway's own are sampled again after the update) or
     "retract" (they resume after it, so their tokens mix two policies). Not "in_place": the paused
-    requests would hold the lock that ``/update_weights_from_disk`` waits for."""
+    requests would hold the lock that ``/update_weights_from_disk`` waits for. ``vocab_size``: the served model's
+    input ids are below it (:meth:`check_prompt`); by default from the tokenizer (:func:`served_vocabulary`)."""
 
     name = "sglang"
     accepts_grammar = True  # GenerateRequest.grammar -> sampling_params json_schema / regex / ebnf (sglang_constraint)
@@ -142,13 +168,17 @@ class SGLangBackend(RemoteBase):
                  tokenizer: Any = None, timeout: float = 600.0, retries: int = 3,
                  seed_param: str | None = "sampling_seed", pause_mode: str = "abort",
                  extra_sampling: dict[str, Any] | None = None, weights_timeout_s: float = 1800.0,
-                 **options: Any) -> None:
+                 vocab_size: int | None = None, **options: Any) -> None:
         super().__init__(urls, model_name=model_name, max_context=max_context, tokenizer=tokenizer,
                          timeout=timeout, retries=retries, **options)
         self.seed_param = seed_param
         self.pause_mode = pause_mode
         self.extra_sampling = dict(extra_sampling or {})
         self.weights_timeout_s = weights_timeout_s
+        self.vocab_size = vocab_size or served_vocabulary(tokenizer)
+        if self.vocab_size is None:
+            log.warning("sglang backend: the served vocabulary is unknown (no tokenizer or vocab_size), so prompt ids "
+                        "are sent unchecked; one past the vocabulary stops an SGLang server")
 
     async def start(self) -> None:
         await super().start()
@@ -168,6 +198,28 @@ class SGLangBackend(RemoteBase):
             return self._version
 
     # -- generation -----------------------------------------------------------------------
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self.check_prompt(request)
+        return await super().generate(request)
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamDelta]:
+        self.check_prompt(request)
+        return super().stream(request)
+
+    def check_prompt(self, request: GenerateRequest) -> None:
+        """Refuse (400) a prompt with an id outside [0, vocab_size) before it is sent. SGLang does not check ids, and
+        one past the vocabulary stops the server: every session on it fails, not only this request (module
+        docstring). The gateway's own routes never send one (/v1/completions checks token-id prompts against the
+        gateway's tokenizer, the others render with it); this guards the backend's direct users (a trainer's
+        rollouts, scripts) and a tokenizer longer than the served model's vocabulary."""
+        ids, size = request.prompt_ids, self.vocab_size
+        if size is None or not ids or (min(ids) >= 0 and max(ids) < size):
+            return
+        position, bad = next((i, t) for i, t in enumerate(ids) if not 0 <= t < size)
+        raise BackendError(f"prompt token id {bad} (position {position}) is outside the served model's vocabulary "
+                           f"[0, {size}); not sent: SGLang does not check ids, and one past its vocabulary stops the "
+                           "server", status_code=400)
 
     def payload(self, request: GenerateRequest, *, stream: bool, attempt: int = 0) -> dict[str, Any]:
         """The ``/generate`` body for ``request``."""
