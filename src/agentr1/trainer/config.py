@@ -392,7 +392,7 @@ class ActorConfig(_Strict):
     ppo_mini_batch_size: int = 0  # rows per optimizer step; 0 = the whole batch
     ppo_micro_batch_size_per_gpu: int = 0  # rows per forward; 0 = batch by ppo_max_token_len_per_gpu
     # tokens per forward of the update and of the log-prob passes; auto: 8,192 on a GPU, on the CPU what the memory
-    # available holds (agentr1.trainer.policy.memory_budget, docs/training.md#memory)
+    # available holds (agentr1.trainer.policy.memory_budget, docs/training.md#memory-defaults-that-fit-the-machine)
     ppo_max_token_len_per_gpu: int | Literal["auto"] = "auto"
     ppo_infer_max_token_len_per_gpu: int | Literal["auto"] = "auto"
     ppo_epochs: int = 1

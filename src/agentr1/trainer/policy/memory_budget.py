@@ -2,7 +2,8 @@
 
 On a GPU ``"auto"`` keeps verl's usual values (8,192 tokens per forward, no gradient checkpointing). On the CPU the
 update shares the machine's memory with everything else, and a token budget made for an 80 GB GPU gets the job
-killed: SmolLM2-135M at 8,192 tokens per forward needs about 20 GiB. There ``"auto"`` means:
+killed: SmolLM2-135M at 8,192 tokens per forward without checkpointing needs about 18.5 GiB. There ``"auto"``
+means:
 
 - ``gradient_checkpointing`` and ``entropy_checkpointing`` on: each layer keeps only its input for the backward pass
   (recomputing the rest, ~12-19% more update compute), and the entropy (reported, in the loss only with an
@@ -17,7 +18,7 @@ killed: SmolLM2-135M at 8,192 tokens per forward needs about 20 GiB. There ``"au
 
 A value the user sets is kept. :func:`plan_memory` returns the resolved settings and a :class:`MemoryPlan` that the
 policy logs once and reports with every update (``memory/*`` metrics). The estimate was fitted to measured peaks
-(``bench/update_peak_bench.py``, docs/training.md#memory).
+(``bench/update_peak_bench.py``, docs/training.md#memory-defaults-that-fit-the-machine).
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ GPU_TOKENS = 8192  # verl's token budget per forward on a GPU: what "auto" keeps
 MIN_TOKENS = 256  # never plan a smaller forward: below this the update is all overhead
 TOKEN_STEP = 256  # budgets are multiples of this
 MAX_INFER_TOKENS = 16384  # a forward without gradient gains nothing from more
-# the share of the available memory the update may plan for: the rest is the machine's (the rollout's engine and
-# its KV cache in a process of its own, a neighbour's growth) and the padding of a micro-batch to its longest row
-# (verl packs rows up to the budget by their real lengths; on the CPU a micro-batch is padded)
+# the share of the available memory the update may plan for: the rest is the machine's (the embedded engine's weights
+# beside the update, its KV cache in a process of its own, a neighbour's growth) and the padding of a micro-batch to
+# its longest row (verl packs rows up to the budget by their real lengths; on the CPU a micro-batch is padded)
 USABLE_SHARE = 0.6
 # what the process holds beside the models' 16 bytes a parameter: torch, transformers, verl, the tokenizer, the trace
 # store, and the optimizer step's own temporaries (measured with SmolLM2: 1.0 GiB)
@@ -311,7 +312,7 @@ def resolve_memory_settings(config: Any, device: str, model_path: str | os.PathL
     plan = plan_memory(settings, device=device, shape=ModelShape.from_model(model_path) if needs_shape else None)
     if plan.estimated_peak_gb is not None and plan.available_gb is not None and \
             plan.estimated_peak_gb > plan.available_gb * USABLE_SHARE:
-        log.warning("the update is estimated at %.1f GiB at its smallest budget, more than the %.1f GiB it may plan for "
-                    "of the %.1f GiB available: a smaller model, param_dtype bf16 or more memory", plan.estimated_peak_gb,
-                    plan.available_gb * USABLE_SHARE, plan.available_gb)
+        log.warning("the update is estimated at %.1f GiB at its smallest budget, more than the %.1f GiB it may "
+                    "plan for of the %.1f GiB available: a smaller model, param_dtype bf16 or more memory",
+                    plan.estimated_peak_gb, plan.available_gb * USABLE_SHARE, plan.available_gb)
     return dataclasses.replace(config, **{name: getattr(plan, name) for name in PLANNED}), plan

@@ -37,7 +37,8 @@ class SFTData(_Strict):
     truncation: Literal["split", "drop", "error"] = "error"
     train_batch_size: int = 8  # rows per optimizer step
     micro_batch_size_per_gpu: int = 0  # rows per forward; 0 = batch by max_token_len_per_gpu
-    # tokens per forward; auto: 8,192 on a GPU, on the CPU what the memory available holds (docs/training.md#memory)
+    # tokens per forward; auto: 8,192 on a GPU, on the CPU what the memory available holds
+    # (docs/training.md#memory-defaults-that-fit-the-machine)
     max_token_len_per_gpu: int | Literal["auto"] = "auto"
     shuffle: bool = True
     seed: int = 0
