@@ -1,7 +1,7 @@
 """The fake SGLang server (fake_sglang.py) against a real SGLang 0.5.17's recorded answers, so the fake stays honest.
 
-tests/backends/fixtures/sglang/recorded/ holds what scripts/gpu/sglang_record.py recorded on the H200
-(scripts/gpu/sglang_run.sh; the format is tests/backends/fixtures/vllm/README.md's). Each request is sent to the
+tests/backends/fixtures/sglang/recorded/ holds what scripts/gpu/sglang_record.py recorded on one H100 on 2026-12-07
+(scripts/gpu/sglang_run.sh; the format is tests/backends/fixtures/vllm/README.md's; README.md there). Each request is sent to the
 fake exactly as it was sent to SGLang (same bytes, the fake's model directory where the recording named the
 server's), in the recorded order, and the fake's answer must have the recorded one's shape, as the vLLM replay
 compares it (test_vllm_fixture_replay.shape_diff: keys in the same order, JSON types, lists element by element),
@@ -33,7 +33,7 @@ from test_vllm_fixture_replay import events, send, shape_diff
 from agentr1.gateway.backends.tensor_ipc import serialize_named_tensors
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "recorded"
-REQUIRES_SERVER = {  # name prefix -> why the replay cannot send it to the fake
+REQUIRES_SERVER = {  # name -> why the replay cannot send it to the fake
     "error_out_of_vocabulary": "an input id past the vocabulary killed the real server (no answer): the fake "
                                "cannot sensibly die, it answers 500 and lives on",
     "health_after_out_of_vocabulary": "the real server was dead by then (connection refused)",
