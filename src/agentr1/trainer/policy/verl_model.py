@@ -109,7 +109,7 @@ def verl_configs(model_path: str | Path, *, role: Role, config: PolicyConfig, de
         model_type=model_type,
         override_config={"attn_implementation": attn},
         use_remove_padding=remove_padding,
-        enable_gradient_checkpointing=config.gradient_checkpointing and role != "ref",
+        enable_gradient_checkpointing=bool(config.gradient_checkpointing) and role != "ref",
         load_tokenizer=False,  # loaded once per directory below (verl would load it per model)
     )
     _attach_tokenizer(model_config)
@@ -122,9 +122,9 @@ def verl_configs(model_path: str | Path, *, role: Role, config: PolicyConfig, de
         mixed_precision={"param_dtype": param_dtype, "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
         use_torch_compile=config.use_torch_compile if config.use_torch_compile is not None else device == "cuda",
         use_dynamic_bsz=dynamic,
-        max_token_len_per_gpu=config.ppo_max_token_len_per_gpu,
-        infer_max_token_len_per_gpu=config.ppo_infer_max_token_len_per_gpu,
-        entropy_checkpointing=config.entropy_checkpointing,
+        max_token_len_per_gpu=int(config.ppo_max_token_len_per_gpu),  # resolved above: numbers, not "auto"
+        infer_max_token_len_per_gpu=int(config.ppo_infer_max_token_len_per_gpu),
+        entropy_checkpointing=bool(config.entropy_checkpointing),
         micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
         infer_micro_batch_size_per_gpu=config.ppo_micro_batch_size_per_gpu,  # type: ignore[arg-type]
         use_remove_padding=remove_padding,
