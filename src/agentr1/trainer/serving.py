@@ -61,6 +61,8 @@ class _TensorsOnGatewayLoop(_OnGatewayLoop):
     """As :class:`_OnGatewayLoop`, with the SGLang backend's ``update_weights_from_tensors``: the policy hands its
     tensors over in memory (``rollout.weight_sync``)."""
 
+    weights_in_memory = True
+
     async def update_weights_from_tensors(self, tensors: Any) -> int:
         assert self.gateway.backend is not None
         return int(await self.gateway.run_on_loop(self.gateway.backend.update_weights_from_tensors(tensors)))

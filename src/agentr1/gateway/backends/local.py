@@ -42,6 +42,7 @@ class LocalBackend:
     weights arrive (a resumed trainer's checkpoint's)."""
 
     name = "local"
+    weights_in_memory = True  # a trainer's sync hands it tensors (update_weights_from_tensors), never a directory
     trainable = True
     accepts_grammar = True  # GenerateRequest.grammar: constrained decoding (agentr1.engine's grammar masks, xgrammar)
     accepts_prompt_logprobs = True  # GenerateRequest.prompt_logprobs: a forward over the prompt (engine/prompt_logprobs)

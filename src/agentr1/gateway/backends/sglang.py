@@ -161,6 +161,9 @@ class SGLangBackend(RemoteBase):
     input ids are below it (:meth:`check_prompt`); by default from the tokenizer (:func:`served_vocabulary`)."""
 
     name = "sglang"
+    # a trainer's sync writes a directory unless told the servers share its machine (rollout.weight_sync): only the
+    # caller knows where they run, so update_weights_from_tensors is there to be chosen, not the default
+    weights_in_memory = False
     accepts_grammar = True  # GenerateRequest.grammar -> sampling_params json_schema / regex / ebnf (sglang_constraint)
     accepts_prompt_logprobs = True  # GenerateRequest.prompt_logprobs -> logprob_start_len 0 (input_token_logprobs)
 

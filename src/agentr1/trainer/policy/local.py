@@ -408,12 +408,13 @@ class LocalPolicy:
         """Load the current policy into the serving ``backend``; returns the policy version it reports
         afterwards (it waits for requests in flight, so no response mixes versions).
 
-        An in-process ``LocalBackend`` (it has ``update_weights_from_tensors``) gets the tensors;
-        any other backend (SGLang, vLLM servers) gets a HF directory written under ``sync_dir`` and
+        A backend that declares ``weights_in_memory`` (the embedded engine; SGLang servers on this machine, through
+        the trainer's serving) gets the tensors with ``update_weights_from_tensors``; any other (SGLang or vLLM
+        servers anywhere) gets a HF directory written under ``sync_dir`` and
         loads it with ``update_weights(path)`` — ``/update_weights_from_disk`` or vLLM's reload, so
         ``sync_dir`` must be a path the servers can read (a shared filesystem across nodes). Only
         the latest directory is kept: a server that missed one update loads the next."""
-        if hasattr(backend, "update_weights_from_tensors"):
+        if getattr(backend, "weights_in_memory", False):
             try:
                 return await backend.update_weights_from_tensors(self.state_dict_for_serving(copy=False))
             finally:
