@@ -2,7 +2,7 @@
 # On the H200 (issue 19), once vllm_serve.sh has a healthy vLLM: record the fixtures, benchmark vLLM against
 # the embedded engine, run the real-server tests. Results in $OUT (at most 8 files come back):
 #   fixtures_recorded.tgz  the real server's answers (tests/backends/fixtures/vllm/recorded/ once unpacked)
-#   vllm_bench.jsonl       tokens/s of vLLM through the vllm backend, per batch (scripts/gpu/vllm_bench.py)
+#   vllm_bench.jsonl       tokens/s of vLLM through the vllm backend, per batch (bench/serving_bench.py decode)
 #   engine_gpu.jsonl       tokens/s of the embedded engine, same requests (started by vllm_carry.sh, run 1)
 #   tests_vllm_real.log    pytest -v of tests/backends/test_vllm_real.py against the server
 #   serve_log.txt          the server's log (start-up, kernels chosen, errors), its last 400 lines
@@ -43,7 +43,8 @@ if [[ " $steps " == *" bench "* ]]; then
   [ -f "$VLLM_WORK/engine_bench.ended" ] || say "engine benchmark: not ended (started: $([ -f "$VLLM_WORK/engine_bench.started" ] && echo yes || echo no))"
   t0=$SECONDS
   rm -f "$OUT/vllm_bench.jsonl"
-  python3 scripts/gpu/vllm_bench.py --url "$VLLM_URL" --out "$OUT/vllm_bench.jsonl" --mode "$mode" \
+  python3 bench/serving_bench.py decode --backend vllm --url "$VLLM_URL" --out "$OUT/vllm_bench.jsonl" \
+    --label "vLLM 0.25.0 server ($mode) via the vllm backend" --vocab 49152 \
     --batches $VLLM_BENCH_BATCHES --prompt "$VLLM_BENCH_PROMPT" --tokens "$VLLM_BENCH_TOKENS" 2>&1 | tail -n 20
   cp "$VLLM_WORK/engine_gpu.jsonl" "$OUT/" 2> /dev/null
   say "bench: $((SECONDS - t0)) s; load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -54,7 +55,7 @@ rows = [json.loads(line) for path in sys.argv[1:] for line in open(path) if line
 by = {}
 for r in rows:
     if "tokens_per_s" in r:
-        by.setdefault(r["batch"], {})[r["engine"]] = r["tokens_per_s"]
+        by.setdefault(r["batch"], {})[r.get("label") or r["engine"]] = r["tokens_per_s"]
 for batch, engines in sorted(by.items()):
     vllm = next((v for k, v in engines.items() if k.startswith("vLLM")), None)
     local = engines.get("agentr1 local")

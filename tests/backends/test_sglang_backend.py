@@ -5,7 +5,7 @@ weight sync and pause."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 import fake_sglang
 import pytest
@@ -211,7 +211,11 @@ def test_failover_when_a_server_dies_mid_run(engine, prompts, tiny_model_path):
             server.stop()
 
 
-def test_weight_sync_pauses_updates_and_continues_every_server(prompts, tiny_model_path, tmp_path):
+@contextmanager
+def two_servers_and_new_weights(tiny_model_path, tmp_path):
+    """Two fake SGLang servers, each on an engine of its own with the tiny model, other weights for them
+    (``new_weights``: a tiny model of another seed) and a ``reference`` engine that serves those: (urls, apps,
+    new_weights, reference). The servers stop and the engines close at the end."""
     from agentr1.core.models import build_tiny_random_model
 
     new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
@@ -222,38 +226,42 @@ def test_weight_sync_pauses_updates_and_continues_every_server(prompts, tiny_mod
     apps = [fake_sglang.create_app(e, model_path=tiny_model_path) for e in engines]
     try:
         with ExitStack() as stack:
-            urls = [stack.enter_context(served(app)) for app in apps]
+            yield [stack.enter_context(served(app)) for app in apps], apps, new_weights, reference
+    finally:
+        for e in (*engines, reference):
+            run(e.close())
 
-            async def body(b: SGLangBackend):
-                long = request(prompts[1], "session:a:0", max_new_tokens=40)
-                before = await b.generate(long)
-                assert before.policy_version == 0
-                assert await b.update_weights(str(new_weights)) == 1 and b.policy_version == 1
-                after = await b.generate(long)
-                assert after.policy_version == 1  # from meta_info.weight_version
-                assert after.output_ids == (await reference.generate(long)).output_ids
-                with pytest.raises(ValueError, match="could not load"):  # every server refused: nothing changed
-                    await b.update_weights(str(tmp_path / "missing"))
-                assert b.policy_version == 1 and not any(s.stale for s in b.pool.servers)
-                # a request still running when the drain times out is aborted and sampled again, all new
-                b.drain_timeout_s = 0.0
-                running = asyncio.create_task(b.generate(long))
-                while not any(app.state.fake.running for app in apps):
-                    await asyncio.sleep(0.005)
-                assert await b.update_weights(str(tiny_model_path)) == 2
-                again = await running
-                assert again.policy_version == 2 and again.finish_reason == "length"
-                assert again.output_ids == before.output_ids  # the original weights are back
 
-            run(using(SGLangBackend(urls, backoff_s=0.01), body))
+def test_weight_sync_pauses_updates_and_continues_every_server(prompts, tiny_model_path, tmp_path):
+    with two_servers_and_new_weights(tiny_model_path, tmp_path) as (urls, apps, new_weights, reference):
+
+        async def body(b: SGLangBackend):
+            long = request(prompts[1], "session:a:0", max_new_tokens=40)
+            before = await b.generate(long)
+            assert before.policy_version == 0
+            assert await b.update_weights(str(new_weights)) == 1 and b.policy_version == 1
+            after = await b.generate(long)
+            assert after.policy_version == 1  # from meta_info.weight_version
+            assert after.output_ids == (await reference.generate(long)).output_ids
+            with pytest.raises(ValueError, match="could not load"):  # every server refused: nothing changed
+                await b.update_weights(str(tmp_path / "missing"))
+            assert b.policy_version == 1 and not any(s.stale for s in b.pool.servers)
+            # a request still running when the drain times out is aborted and sampled again, all new
+            b.drain_timeout_s = 0.0
+            running = asyncio.create_task(b.generate(long))
+            while not any(app.state.fake.running for app in apps):
+                await asyncio.sleep(0.005)
+            assert await b.update_weights(str(tiny_model_path)) == 2
+            again = await running
+            assert again.policy_version == 2 and again.finish_reason == "length"
+            assert again.output_ids == before.output_ids  # the original weights are back
+
+        run(using(SGLangBackend(urls, backoff_s=0.01), body))
         for app in apps:
             names = [name for name, _ in app.state.fake.calls]
             assert names[:3] == ["pause_generation", "update_weights_from_disk", "continue_generation"]
             assert app.state.fake.calls[1][1] == {"model_path": str(new_weights), "weight_version": "1"}
             assert names.count("continue_generation") == 3 and not app.state.fake.paused
-    finally:
-        for e in (*engines, reference):
-            run(e.close())
 
 
 def test_weight_sync_from_tensors_in_buckets_without_a_file(prompts, tiny_model_path, tmp_path):
@@ -261,47 +269,38 @@ def test_weight_sync_from_tensors_in_buckets_without_a_file(prompts, tiny_model_
     buckets (ForkingPickler payloads: shared memory on the CPU, CUDA IPC handles on a GPU), the last bucket sets the
     weight version; a partial update changes only the tensors it names; a payload a server cannot load fails the
     update on every server, which then serve nothing until an update succeeds."""
-    from agentr1.core.models import build_tiny_random_model
     from agentr1.engine.weights import read_safetensors
 
-    new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
-    tensors = read_safetensors(new_weights)
-    engines = [LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1)) for _ in range(2)]
-    reference = LocalBackend(new_weights, EngineOptions(device="cpu", num_threads=1))
-    for e in (*engines, reference):
-        e.engine.start()
-    apps = [fake_sglang.create_app(e, model_path=tiny_model_path) for e in engines]
-    try:
-        with ExitStack() as stack:
-            urls = [stack.enter_context(served(app)) for app in apps]
+    with two_servers_and_new_weights(tiny_model_path, tmp_path) as (urls, apps, new_weights, reference):
+        tensors = read_safetensors(new_weights)
 
-            async def body(b: SGLangBackend):
-                long = request(prompts[1], "session:a:0", max_new_tokens=24)
-                before = await b.generate(long)
-                assert await b.update_weights_from_tensors(tensors, bucket_bytes=64 << 10) == 1
-                after = await b.generate(long)
-                assert after.policy_version == 1
-                assert after.output_ids == (await reference.generate(long)).output_ids != before.output_ids
-                # a tensor of the wrong shape: the fake refuses it (a real server's answer to that was not recorded;
-                # one under a name the model lacks SGLang skips, and answers success: recorded)
-                name, weight = next(iter(tensors.items()))
-                with pytest.raises(BackendError, match="failed on every sglang server"):
-                    await b.update_weights_from_tensors({name: weight[:1]})
-                assert all(s.weights_unknown for s in b.pool.servers)  # part of it may have loaded: none serves
-                original = read_safetensors(tiny_model_path)
-                assert await b.update_weights_from_tensors(original) == 2
-                assert not any(s.stale or s.weights_unknown for s in b.pool.servers)
-                again = await b.generate(long)
-                assert again.output_ids == before.output_ids and again.policy_version == 2
-                # a partial update: the other tensors keep their weights; an unknown name is skipped, not refused
-                embedding = "model.embed_tokens.weight"
-                assert await b.update_weights_from_tensors({embedding: tensors[embedding]}) == 3
-                assert (await b.generate(long)).output_ids != before.output_ids
-                assert await b.update_weights_from_tensors({embedding: original[embedding],
-                                                            "model.no_such_weight": weight}) == 4
-                assert (await b.generate(long)).output_ids == before.output_ids
+        async def body(b: SGLangBackend):
+            long = request(prompts[1], "session:a:0", max_new_tokens=24)
+            before = await b.generate(long)
+            assert await b.update_weights_from_tensors(tensors, bucket_bytes=64 << 10) == 1
+            after = await b.generate(long)
+            assert after.policy_version == 1
+            assert after.output_ids == (await reference.generate(long)).output_ids != before.output_ids
+            # a tensor of the wrong shape: the fake refuses it (a real server's answer to that was not recorded;
+            # one under a name the model lacks SGLang skips, and answers success: recorded)
+            name, weight = next(iter(tensors.items()))
+            with pytest.raises(BackendError, match="failed on every sglang server"):
+                await b.update_weights_from_tensors({name: weight[:1]})
+            assert all(s.weights_unknown for s in b.pool.servers)  # part of it may have loaded: none serves
+            original = read_safetensors(tiny_model_path)
+            assert await b.update_weights_from_tensors(original) == 2
+            assert not any(s.stale or s.weights_unknown for s in b.pool.servers)
+            again = await b.generate(long)
+            assert again.output_ids == before.output_ids and again.policy_version == 2
+            # a partial update: the other tensors keep their weights; an unknown name is skipped, not refused
+            embedding = "model.embed_tokens.weight"
+            assert await b.update_weights_from_tensors({embedding: tensors[embedding]}) == 3
+            assert (await b.generate(long)).output_ids != before.output_ids
+            assert await b.update_weights_from_tensors({embedding: original[embedding],
+                                                        "model.no_such_weight": weight}) == 4
+            assert (await b.generate(long)).output_ids == before.output_ids
 
-            run(using(SGLangBackend(urls, backoff_s=0.01), body))
+        run(using(SGLangBackend(urls, backoff_s=0.01), body))
         for app in apps:
             calls = app.state.fake.calls
             first = next(i for i, (name, _) in enumerate(calls) if name == "continue_generation")
@@ -311,9 +310,6 @@ def test_weight_sync_from_tensors_in_buckets_without_a_file(prompts, tiny_model_
             assert len(loads) > 2  # in buckets
             assert [b.get("flush_cache") for b in loads] == [False] * (len(loads) - 1) + [True]
             assert [b.get("weight_version") for b in loads] == [None] * (len(loads) - 1) + ["1"]
-    finally:
-        for e in (*engines, reference):
-            run(e.close())
 
 
 def test_pause_holds_requests_until_resume(prompts, fresh):
