@@ -4,7 +4,10 @@
     .venv/bin/python bench/eval_bench.py --checkpoint CKPT --split val --tasks 64 --repeat 3 --modes trainer,eval
 
 Modes, run in turn ``--repeat`` times (trainer, eval, eval-job-engine, trainer, ...), each in a child process of its
-own (a cold start each, as a user runs them; nothing one leaves behind in memory or caches helps the next):
+own (a cold start each, as a user runs them; nothing one leaves behind in memory or caches helps the next) on the
+allocator the ``agentr1`` command gives them (jemalloc where the system has it: ``agentr1.core.preload_jemalloc``; on
+glibc the trainer's process, whose policy pins the mmap threshold at 128 KiB, spent its validation faulting in fresh
+mappings: 143-181 s against the eval's 85-123 s for the same 128 episodes):
 
 - ``trainer``: ``agentr1 train``'s validation, the held-out pass the demo prints before and after RL:
   :class:`~agentr1.trainer.Trainer` set up on the job (policy, embedded gateway, engine: not timed), then
@@ -93,6 +96,10 @@ def _eval(job: Any, split: str, *, reproducible: bool) -> dict[str, float]:
 
 
 def child(args: argparse.Namespace) -> None:
+    from agentr1.core import keep_freed_memory, malloc_in_use, preload_jemalloc
+
+    preload_jemalloc()  # the allocator the `agentr1` command runs train and eval on (re-executes this process)
+    keep_freed_memory()
     with tempfile.TemporaryDirectory() as tmp:
         job = _job(args, f"sqlite:///{tmp}/traces.db", f"{tmp}/out")
         if args.child == "trainer":
@@ -100,7 +107,7 @@ def child(args: argparse.Namespace) -> None:
         else:
             result = _eval(job, args.split, reproducible=args.child == "eval")
     per_task = int(job.actor_rollout_ref.rollout.val_kwargs.greedy) + job.actor_rollout_ref.rollout.val_kwargs.n
-    print(json.dumps({"mode": args.child, "episodes": args.tasks * per_task, **result,
+    print(json.dumps({"mode": args.child, "episodes": args.tasks * per_task, **result, "malloc": malloc_in_use(),
                       "load_1min": round(os.getloadavg()[0], 2)}))
 
 
