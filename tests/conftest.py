@@ -1,8 +1,11 @@
-"""Model fixtures shared by every test folder: real models, built or converted locally, offline."""
+"""Model fixtures shared by every test folder: real models, built or converted locally, offline; and the suite's
+memory kept to what the running test holds (:func:`pytest_runtest_teardown`)."""
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,56 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+GREW = 64 << 20  # a test that raised the resident memory by more than this gets a collection after it
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: collect after every module only
+        return 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test that grew the process, and after the last test of a module (its module-scoped engines and
+    policies are torn down then): collect reference cycles and give the freed heap back to the system.
+
+    Engines and policies sit in reference cycles (a bound method kept on its own object: the embedded engine's batch
+    holds its decode step), so they outlive their test until Python's cyclic collector happens to run, and what glibc
+    frees stays in its heap: test_distill's OPD run left 4.7 GiB resident, each real-judge test 1.1 GiB
+    (docs/training.md#the-test-suites-memory)."""
+    started = item.stash.get(_STARTED, 0)
+    yield
+    if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None) \
+            or _resident_bytes() - started > GREW:
+        gc.collect()
+        from agentr1.core.allocator import malloc_in_use, release_freed_memory
+
+        if malloc_in_use() == "jemalloc":
+            release_freed_memory(keep_bytes=0)
+        else:
+            _trim_glibc_heap()
+
+
+_STARTED = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_STARTED] = _resident_bytes()
+
+
+def _trim_glibc_heap() -> None:
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 @pytest.fixture(scope="session")

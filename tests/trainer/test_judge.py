@@ -139,7 +139,9 @@ def test_a_real_judge_model_scores_sessions_and_steps(tmp_path, smollm2_path, mo
     (with two it wrote 'SCORE: 10 if the', a judge failure);
     the score is stored as a judge reward on the session (or on each step, mode process)."""
     backend = LocalBackend(smollm2_path, EngineOptions(device="cpu"), model_name="judge")
-    app = create_app(GatewaySettings(db=str(tmp_path / "judge_gateway.db"), accept_any_model=True), backend=backend)
+    # the gateway closes the engine when it stops (else its worker kept 1.1 GiB for the rest of the suite)
+    app = create_app(GatewaySettings(db=str(tmp_path / "judge_gateway.db"), accept_any_model=True), backend=backend,
+                     owns_backend=True)
     store = TraceStore.open(str(tmp_path / "traces.db"))
     sid = judged_session(store, "run", "The answer is 12.")
     with BackgroundServer(app) as url:

@@ -100,7 +100,9 @@ def test_demonstrations_to_sft_checkpoint_served_by_the_gateway(tmp_path, tiny_m
 
     backend = LocalBackend(resolve_model(job.actor_rollout_ref.model), EngineOptions(device="cpu"), model_name="policy")
     served = tmp_path / "served.db"
-    with BackgroundServer(create_app(GatewaySettings(db=str(served), accept_any_model=True), backend=backend)) as url:
+    # the gateway closes the engine when it stops (else its worker keeps the model for the rest of the suite)
+    app = create_app(GatewaySettings(db=str(served), accept_any_model=True), backend=backend, owns_backend=True)
+    with BackgroundServer(app) as url:
         made = httpx.post(f"{url}/sessions", json={"task_id": "t"}).json()
         client = openai.OpenAI(base_url=made["base_url"], api_key=made["api_key"])
         reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "13 + 7?"}],

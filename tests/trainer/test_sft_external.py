@@ -23,7 +23,8 @@ from agentr1.trainer.sft import SFTData, build_sft_rows, select_demonstrations
 @pytest.mark.slow
 def test_teacher_text_steps_are_rendered_for_the_policy_and_marked(tmp_path, smollm2_path, tiny_model_path):
     teacher = LocalBackend(smollm2_path, EngineOptions(device="cpu"), model_name="teacher")
-    teacher_app = create_app(GatewaySettings(db=str(tmp_path / "teacher.db"), accept_any_model=True), backend=teacher)
+    teacher_app = create_app(GatewaySettings(db=str(tmp_path / "teacher.db"), accept_any_model=True), backend=teacher,
+                             owns_backend=True)  # closed when the gateway stops: else it holds the model for good
     db = str(tmp_path / "traces.db")
     store = TraceStore.open(db)
     with BackgroundServer(teacher_app) as teacher_url:
