@@ -4,9 +4,9 @@
 ``gradient_checkpointing``, ... all "auto") trains the real SmolLM2-135M on stored sessions of demo-sized rows, with
 ``AGENTR1_MEMORY_GB`` telling it how much memory it may use (a machine of that size, simulated: the plan reads it as
 it reads ``MemAvailable`` or a cgroup's limit). Its peak resident memory, read from the kernel's accounting of the
-finished child (``wait4``'s rusage, what ``getrusage(RUSAGE_CHILDREN)`` reports), stays within what the plan promised:
-the share of the limit it plans for. With the GPU's defaults (8,192 tokens a forward, no gradient checkpointing) the
-same step needs far more (docs/training.md#memory)."""
+finished child (``getrusage(RUSAGE_CHILDREN).ru_maxrss`` in a small process that runs it), stays within what the plan
+promised: the share of the limit it plans for. With the GPU's defaults (8,192 tokens a forward, no gradient
+checkpointing) the same step needs far more (docs/training.md#memory-defaults-that-fit-the-machine)."""
 
 from __future__ import annotations
 
@@ -45,14 +45,22 @@ def store_sessions(db: Path, vocab: int, seed: int = 0) -> str:
     return run
 
 
+# Runs the command as its child and prints the child's peak (getrusage(RUSAGE_CHILDREN).ru_maxrss, KiB). Measured from
+# pytest's own process instead, the peak would be at least pytest's: a child started by vfork counts the parent's
+# memory's high-water mark as its own when it execs (the kernel carries the old memory's peak into the new program's).
+MEASURE = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+sys.stderr.write(done.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(done.returncode)
+"""
+
+
 def run_measured(command: list[str], env: dict[str, str]) -> tuple[int, int, str]:
-    """Exit status, peak resident bytes (the child's own rusage: ``ru_maxrss``) and stderr of ``command``."""
-    with open(os.devnull, "w") as devnull, subprocess.Popen(command, env=env, stdout=devnull,
-                                                            stderr=subprocess.PIPE, text=True) as proc:
-        stderr = proc.stderr.read() if proc.stderr else ""
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss * 1024, stderr
+    """Exit status, peak resident bytes and stderr of ``command``, measured by a small process of its own."""
+    done = subprocess.run([sys.executable, "-c", MEASURE, *command], env=env, capture_output=True, text=True)
+    return done.returncode, int(done.stdout.strip().splitlines()[-1]) * 1024, done.stderr
 
 
 @pytest.mark.slow
