@@ -16,9 +16,11 @@ mappings: 143-181 s against the eval's 85-123 s for the same 128 episodes):
   progress on stderr, scored as episodes end), timed from the call (the engine's start included) and its episodes
   alone (``run_protocol``).
 - ``eval-job-engine``: the same with the job's own engine settings (``agentr1 eval --job-engine``).
+- ``eval-quiet``: ``eval`` without its progress (``agentr1 eval --quiet``: the sessions scored at the end).
 
 Both run the job's protocol (``rollout.val_kwargs``: the demo's greedy pass and one sample a task). Per mode: seconds
-per episode of the episodes alone (median, min-max over the repeats), and of the eval's whole call; the load average
+per episode of the episodes alone (median, min-max over the repeats), the process's CPU seconds per episode over them
+(less at the mercy of other work on a shared machine than the wall time), and the eval's whole call per episode; the load average
 (1 min) at each run's end; sessions that failed for an infrastructure reason (``infra_failed``: a run with any is not a
 measurement of the policy). Prints one JSON line per run, then a summary line; each run's stderr goes to ``--logs``.
 """
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,7 +41,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("trainer", "eval", "eval-job-engine")
+MODES = ("trainer", "eval", "eval-job-engine", "eval-quiet")
+
+
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _job(args: argparse.Namespace, db: str, out: str) -> Any:
@@ -60,36 +69,37 @@ def _trainer_validation(job: Any, split: str) -> dict[str, float]:
     try:
         trainer.val_tasks = load_tasks(job.data, split)
 
-        async def validate() -> tuple[dict[str, float], float]:
+        async def validate() -> tuple[dict[str, float], float, float]:
             use_session_threads(2 * job.actor_rollout_ref.rollout.max_concurrency)  # as Trainer.train sets it
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), _cpu_s()
             metrics = await trainer.evaluate()
-            return metrics, time.perf_counter() - started
+            return metrics, time.perf_counter() - started, _cpu_s() - cpu
 
-        metrics, episodes_s = asyncio.run(validate())
+        metrics, episodes_s, episodes_cpu_s = asyncio.run(validate())
     finally:
         trainer.close()
-    return {"episodes_s": episodes_s, "success_greedy": metrics.get("success/val_greedy", float("nan")),
+    return {"episodes_s": episodes_s, "episodes_cpu_s": episodes_cpu_s, "success_greedy": metrics.get("success/val_greedy", float("nan")),
             "infra_failed": metrics.get("success/val_greedy/infra_failed", 0.0) + metrics.get("success/val/infra_failed", 0.0)}
 
 
-def _eval(job: Any, split: str, *, reproducible: bool) -> dict[str, float]:
+def _eval(job: Any, split: str, *, reproducible: bool, progress: bool) -> dict[str, float]:
     from agentr1.trainer import evaluate as evaluation
 
     timed: dict[str, float] = {}
     run_protocol = evaluation.run_protocol
 
     async def timed_protocol(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_s()
         try:
             return await run_protocol(*args, **kwargs)
         finally:
-            timed["episodes_s"] = time.perf_counter() - started
+            timed["episodes_s"], timed["episodes_cpu_s"] = time.perf_counter() - started, _cpu_s() - cpu
 
     evaluation.run_protocol = timed_protocol  # type: ignore[assignment]
     started = time.perf_counter()
     answer = asyncio.run(evaluation.evaluate_checkpoint(job, None, split=split, protocol=job.actor_rollout_ref.rollout
-                                                        .val_kwargs, progress_title="eval", reproducible=reproducible))
+                                                        .val_kwargs, progress_title="eval" if progress else None,
+                                                        reproducible=reproducible))
     return {**timed, "call_s": time.perf_counter() - started, "success_greedy": answer["success_greedy"],
             "infra_failed": answer.get("success_greedy/infra_failed", 0.0) + answer.get("success/infra_failed", 0.0),
             "engine_dtype": answer["engine_dtype"]}
@@ -105,7 +115,8 @@ def child(args: argparse.Namespace) -> None:
         if args.child == "trainer":
             result = _trainer_validation(job, args.split)
         else:
-            result = _eval(job, args.split, reproducible=args.child == "eval")
+            result = _eval(job, args.split, reproducible=args.child != "eval-job-engine",
+                           progress=args.child != "eval-quiet")
     per_task = int(job.actor_rollout_ref.rollout.val_kwargs.greedy) + job.actor_rollout_ref.rollout.val_kwargs.n
     print(json.dumps({"mode": args.child, "episodes": args.tasks * per_task, **result, "malloc": malloc_in_use(),
                       "load_1min": round(os.getloadavg()[0], 2)}))
@@ -118,7 +129,9 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if not mine:
             continue
         per = sorted(r["episodes_s"] / r["episodes"] for r in mine)
+        cpu = sorted(r["episodes_cpu_s"] / r["episodes"] for r in mine)
         row = {"s_per_episode": round(statistics.median(per), 3), "range": [round(per[0], 3), round(per[-1], 3)],
+               "cpu_s_per_episode": round(statistics.median(cpu), 3), "cpu_range": [round(cpu[0], 3), round(cpu[-1], 3)],
                "load_1min": [r["load_1min"] for r in mine], "success_greedy": [r["success_greedy"] for r in mine]}
         if "call_s" in mine[0]:
             whole = sorted(r["call_s"] / r["episodes"] for r in mine)
@@ -134,7 +147,7 @@ def main() -> None:
     parser.add_argument("--split", default="val", help="the tasks both run (val: the trainer's own)")
     parser.add_argument("--tasks", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(MODES[:3]))
     parser.add_argument("--set", action="append", default=[], help="more key=value overrides of the job")
     parser.add_argument("--logs", default=None, help="folder of each run's stderr (default: a new temporary one)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
