@@ -42,7 +42,7 @@ class Countdown(AgentEnv):
 def test_demonstrations_to_sft_checkpoint_served_by_the_gateway(tmp_path, tiny_model_path):
     db = str(tmp_path / "traces.db")
     # (c) expert demonstrations: the calculator's tool-calling expert and a plain two-turn environment
-    report = replay_demonstrations(demonstrations(3, val_size=0), model=tiny_model_path, db=db, run_id="demos")
+    report = replay_demonstrations(demonstrations(3), model=tiny_model_path, db=db, run_id="demos")
     assert (report.finished, report.failed) == (3, 0), report.errors
     broken = [Demonstration("short", Countdown({"start": 5}), [{"role": "assistant", "content": "4"}])]
     countdown = [Demonstration(f"c{n}", Countdown({"start": n}), [{"role": "assistant", "content": str(n - 1)},

@@ -83,10 +83,11 @@ def test_view_cli_serves_the_store(recorded):
         assert RUN_ID in [r["id"] for r in httpx.get(url + "/api/runs").json()["items"]]
         assert "<script" in httpx.get(f"{url}/runs/{RUN_ID}").text
         detail = httpx.get(f"{url}/api/sessions/{recorded.tool_session}").json()
-        assert detail["tokenizer"] is None  # no --tokenizer and no cached model named like the steps' model
+        # no --tokenizer: the viewer decodes with the directory the steps record as the model that served them
+        assert detail["tokenizer"] == str(recorded.tokenizer_path)
         tokens = detail["steps"][0]["action_tokens"]
         assert [t["id"] for t in tokens] == recorded.store.get_session(recorded.tool_session).steps[0].action_ids
-        assert all(t["text"] is None for t in tokens)
+        assert [t["text"] for t in tokens] == [recorded.tokenizer.decode([t["id"]]) for t in tokens]
         assert "agentr1_train_reward_mean" in httpx.get(url + "/metrics").text
     finally:
         child.terminate(force=True)
