@@ -67,7 +67,7 @@ def _trainer_validation(job: Any, split: str) -> dict[str, float]:
     trainer = Trainer(job, quiet=True)
     trainer.setup()
     try:
-        trainer.val_tasks = load_tasks(job.data, split)
+        trainer.run.val_tasks = load_tasks(job.data, split)
 
         async def validate() -> tuple[dict[str, float], float, float]:
             use_session_threads(2 * job.actor_rollout_ref.rollout.max_concurrency)  # as Trainer.train sets it

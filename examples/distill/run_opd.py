@@ -82,7 +82,7 @@ def run_opd(work: Path, *, teacher: str = "smollm2", noise: float = 0.1, steps: 
 
     def measure_policy() -> dict[str, float]:
         """The held-out measure of the weights the policy holds now (those just synced to serving)."""
-        missing, unexpected = probe.load_state_dict(trainer.policy.state_dict_for_serving(copy=False), strict=False)
+        missing, unexpected = probe.load_state_dict(trainer.run.policy.state_dict_for_serving(copy=False), strict=False)
         if unexpected or set(missing) - {"lm_head.weight"}:  # lm_head may be tied to the embeddings
             raise RuntimeError(f"the policy's weights do not fit the student: missing {missing}, unexpected {unexpected}")
         return reference.measure(probe)

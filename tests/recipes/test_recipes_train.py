@@ -27,7 +27,7 @@ def _train_one_step(recipe: str, tmp_path: Path, model: Path, extra: list[str] |
     trainer.setup()
     try:
         final = trainer.train()
-        run_id = trainer.state.run_id
+        run_id = trainer.run.progress.run_id
     finally:
         trainer.close()
     assert final["policy_version"] == 1.0 and final["actor/optimizer_steps"] >= 1, final

@@ -65,13 +65,13 @@ def _run(config: JobConfig, updates: list[tuple[int, set[str]]], patch: Any = No
     """Train; record (step, session ids) of every batch that reaches the policy's update."""
     trainer = Trainer(config, quiet=True)
     trainer.setup()
-    real_update = trainer.policy.update
+    real_update = trainer.run.policy.update
 
     def update(batch: Any, **kw: Any) -> Any:
-        updates.append((trainer.state.step + 1, {r.session_id for r in batch.rows}))
+        updates.append((trainer.run.progress.step + 1, {r.session_id for r in batch.rows}))
         return real_update(batch, **kw)
 
-    trainer.policy.update = update
+    trainer.run.policy.update = update
     if patch is not None:
         patch(trainer)
     try:
@@ -82,25 +82,25 @@ def _run(config: JobConfig, updates: list[tuple[int, set[str]]], patch: Any = No
 
 
 def _raise_in_update_at_step_2(trainer: Trainer) -> None:
-    real = trainer.policy.update
+    real = trainer.run.policy.update
 
     def update(rows: Any, **kw: Any) -> Any:
-        if trainer.state.step + 1 == 2:
+        if trainer.run.progress.step + 1 == 2:
             raise Interrupted("interrupted after the rollout, before the update")
         return real(rows, **kw)
 
-    trainer.policy.update = update
+    trainer.run.policy.update = update
 
 
 def _raise_in_checkpoint_save_at_step_2(trainer: Trainer) -> None:
-    real = trainer.policy.save_checkpoint
+    real = trainer.run.policy.save_checkpoint
 
     def save_checkpoint(path: Path) -> None:
-        if trainer.state.step == 2:  # hf/ is written, the policy state is not: a save cut in half
+        if trainer.run.progress.step == 2:  # hf/ is written, the policy state is not: a save cut in half
             raise Interrupted("interrupted while saving the checkpoint")
         real(path)
 
-    trainer.policy.save_checkpoint = save_checkpoint
+    trainer.run.policy.save_checkpoint = save_checkpoint
 
 
 def _raise_after_the_step_1_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,13 +141,13 @@ def test_an_interrupted_run_resumes_without_training_twice_on_a_session(point, t
     resumed_at = dt.datetime.now(dt.UTC)
 
     trainer = _run(config, updates)  # the same job again: resumes
-    assert trainer.state.step == 2 and trainer.state.policy_version == 2
+    assert trainer.run.progress.step == 2 and trainer.run.progress.policy_version == 2
     lineage = [u for u in first_run if u[0] <= 1] + updates[len(first_run):]  # what the final weights learnt
     assert [step for step, _ in lineage] == [1, 2]
     trained = [sid for _, sids in lineage for sid in sids]
     assert len(trained) == len(set(trained)) == 8, "a session was trained on twice (or one is missing)"
     with TraceStore.open(tmp_path / "traces.db") as store:
-        run = {s.id: s for s in store.list_sessions(trainer.state.run_id, limit=1000)}
+        run = {s.id: s for s in store.list_sessions(trainer.run.progress.run_id, limit=1000)}
     resumed_sessions = updates[len(first_run):][0][1]
     assert all(run[sid].created_at >= resumed_at for sid in resumed_sessions)  # rolled out after the resume
     assert not any(s.status == "running" for s in run.values())  # interrupted rollouts are marked
@@ -172,12 +172,12 @@ def test_sessions_older_than_max_staleness_are_never_trained_on(tmp_path, tiny_m
     config = _config(tmp_path, tiny_model_path, trainer={"total_training_steps": 1, "save_freq": 0})
     config.actor_rollout_ref.rollout.max_staleness = 2
     updates: list[tuple[int, set[str]]] = []
-    trainer = _run(config, updates, patch=lambda t: setattr(t.state, "policy_version", 3))
+    trainer = _run(config, updates, patch=lambda t: setattr(t.run.progress, "policy_version", 3))
     assert updates == []  # nothing reached the update
     history = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert history[-1]["rollout/stale"] == 4 and history[-1]["rollout/sessions"] == 4
     with TraceStore.open(tmp_path / "traces.db") as store:
-        assert {s.policy_version for s in store.list_sessions(trainer.state.run_id)} == {0}
+        assert {s.policy_version for s in store.list_sessions(trainer.run.progress.run_id)} == {0}
 
 
 @pytest.mark.slow

@@ -103,13 +103,13 @@ def _train_with_update_spy(config: JobConfig, seen: list[tuple[int, list[str]]])
     """Run the trainer; record (policy version, session ids) of every batch reaching policy.update."""
     trainer = Trainer(config, quiet=True)
     trainer.setup()
-    real_update = trainer.policy.update
+    real_update = trainer.run.policy.update
 
     def update(batch, **kw):
-        seen.append((trainer.state.policy_version, sorted({r.session_id for r in batch.rows})))
+        seen.append((trainer.run.progress.policy_version, sorted({r.session_id for r in batch.rows})))
         return real_update(batch, **kw)
 
-    trainer.policy.update = update
+    trainer.run.policy.update = update
     try:
         return trainer.train()
     finally:

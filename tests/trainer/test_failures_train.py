@@ -134,10 +134,10 @@ def rollout_once(config: JobConfig, server: SandboxServer, monkeypatch: pytest.M
     trainer = Trainer(config, quiet=True)
     trainer.setup()
     try:
-        data = asyncio.run(trainer.source.take(1))
-        metrics = trainer.groups.take_metrics()
+        data = asyncio.run(trainer.run.source.take(1))
+        metrics = trainer.run.groups.take_metrics()
         with TraceStore.open(config.db.removeprefix("sqlite:///")) as store:
-            everything = store.list_sessions(trainer.state.run_id, limit=100)
+            everything = store.list_sessions(trainer.run.progress.run_id, limit=100)
     finally:
         trainer.close()
         server.stop()
@@ -201,7 +201,7 @@ def test_async_training_never_takes_the_group_of_a_crashed_tool_call(tmp_path, t
     trainer.setup()
     try:
         trainer.train()
-        run_id = trainer.state.run_id
+        run_id = trainer.run.progress.run_id
     finally:
         trainer.close()
         server.stop()

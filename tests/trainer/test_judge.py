@@ -183,7 +183,7 @@ def test_in_the_training_loop_unscorable_sessions_are_counted_and_never_trained(
     trainer.setup()
     try:
         trainer.train()
-        run_id = trainer.state.run_id
+        run_id = trainer.run.progress.run_id
     finally:
         trainer.close()
     step = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()][-1]

@@ -28,7 +28,7 @@ PHASE_PROBE = """
 import ctypes, json
 from agentr1.core.allocator import _freed_bytes, _mallctl, malloc_in_use, preload_jemalloc
 preload_jemalloc()
-from agentr1.trainer.policy.local import update_phase
+from agentr1.trainer.policy.updates import update_phase
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]

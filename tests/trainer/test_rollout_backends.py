@@ -107,13 +107,13 @@ def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_pa
     trainer = Trainer(config, quiet=True)
     trainer.setup()
     try:
-        [server] = trainer.serving.launcher.urls
+        [server] = trainer.run.serving.launcher.urls
         assert httpx.get(server + "/model_info").json()["weight_version"] == "default"
         before = sglang_logprobs(server)
         final = trainer.train()
 
         assert final["policy_version"] == 2.0
-        assert versions_by_step(tmp_path, trainer.state.run_id) == {1: {0}, 2: {1}}  # as the server reported
+        assert versions_by_step(tmp_path, trainer.run.progress.run_id) == {1: {0}, 2: {1}}  # as the server reported
         assert httpx.get(server + "/model_info").json()["weight_version"] == "2"
         after = sglang_logprobs(server)
         assert len(before) == len(after) == 4 and before != pytest.approx(after, abs=1e-4), "weights did not change"
@@ -124,9 +124,9 @@ def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_pa
             assert not written.exists() or not any(written.iterdir()), "a tensor sync wrote a directory"
 
         # the server goes down: the next weight sync fails with the backend's message, nothing hangs
-        trainer.serving.launcher.stop()
+        trainer.run.serving.launcher.stop()
         with pytest.raises(BackendError, match="weight update failed on every sglang server"):
-            asyncio.run(trainer.serving.sync(trainer.policy))
+            asyncio.run(trainer.run.serving.sync(trainer.run.policy))
     finally:
         trainer.close()
     assert (tmp_path / "out" / "servers" / "sglang-0.log").is_file()
@@ -158,7 +158,7 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
         finally:
             trainer.close()
         assert final["policy_version"] == 2.0
-        assert versions_by_step(tmp_path, trainer.state.run_id) == {1: {0}, 2: {1}}
+        assert versions_by_step(tmp_path, trainer.run.progress.run_id) == {1: {0}, 2: {1}}
         after = vllm_logprobs(url, str(tiny_model_path))
         assert len(before) == len(after) == 4 and before != pytest.approx(after, abs=1e-4), "weights did not change"
         saved = json.loads((tmp_path / "out" / "config.json").read_text())["actor_rollout_ref"]["rollout"]
@@ -266,13 +266,13 @@ def test_async_training_syncs_launched_sglang_servers_through_the_same_path(tmp_
     trainer = Trainer(config, quiet=True)
     trainer.setup()
     try:
-        [server] = trainer.serving.launcher.urls
+        [server] = trainer.run.serving.launcher.urls
         final = trainer.train()
         assert final["policy_version"] == 2.0
         assert httpx.get(server + "/model_info").json()["weight_version"] == "2"
     finally:
         trainer.close()
-    recorded = set().union(*versions_by_step(tmp_path, trainer.state.run_id).values())
+    recorded = set().union(*versions_by_step(tmp_path, trainer.run.progress.run_id).values())
     # each answer carries a version the server reported; which ones the in-flight groups saw depends on timing
     assert 0 in recorded and recorded <= {0, 1, 2}
 

@@ -64,6 +64,6 @@ def test_the_trainers_evaluations_run_on_the_split_it_is_told(tmp_path: Path, ti
     trainer = Trainer(config, quiet=True)
     trainer.setup()
     try:
-        assert [t["id"] for t in trainer.val_tasks] == [f"{split}-{i}" for i in range({"val": 3, "test": 2}[split])]
+        assert [t["id"] for t in trainer.run.val_tasks] == [f"{split}-{i}" for i in range({"val": 3, "test": 2}[split])]
     finally:
         trainer.close()

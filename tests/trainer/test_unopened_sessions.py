@@ -53,11 +53,11 @@ def rollout_with_refusals(tmp_path, model, monkeypatch, refuse, *, batch: int = 
     trainer = Trainer(config, quiet=True)
     trainer.setup()
     try:
-        refusing = RefusingStore(trainer.store, refuse)
-        data = asyncio.run(trainer.source.take(1))
-        metrics = {**data.metrics, **trainer.groups.take_metrics()}
+        refusing = RefusingStore(trainer.run.store, refuse)
+        data = asyncio.run(trainer.run.source.take(1))
+        metrics = {**data.metrics, **trainer.run.groups.take_metrics()}
         with TraceStore.open(tmp_path / "traces.db") as store:
-            stored = store.list_sessions(trainer.state.run_id, limit=100)
+            stored = store.list_sessions(trainer.run.progress.run_id, limit=100)
     finally:
         trainer.close()
         server.stop()

@@ -110,7 +110,7 @@ class RolloutProducer:
                     await asyncio.sleep(0.05)
                 for _ in range(min(n, self.max_concurrency)):
                     await slots.acquire()
-                task = self.trainer.sampler.take(1)[0]
+                task = self.trainer.run.sampler.take(1)[0]
                 seq = self.counters.launched
                 self.counters.launched += 1
                 job = asyncio.create_task(self._group(task, seq, slots))
@@ -125,9 +125,9 @@ class RolloutProducer:
             await asyncio.gather(*running, return_exceptions=True)
 
     async def _group(self, task: dict[str, Any], seq: int, slots: asyncio.Semaphore) -> None:
-        trainer, counters = self.trainer, self.counters
-        run_id = trainer.state.run_id
-        n = trainer.config.actor_rollout_ref.rollout.n
+        run, counters = self.trainer.run, self.counters
+        run_id = run.progress.run_id
+        n = self.trainer.config.actor_rollout_ref.rollout.n
         group_id = f"{run_id}/async{seq}/{task['id']}"
         report = RolloutReport()
         held = min(n, self.max_concurrency)  # slots acquired for this group by run()
@@ -136,17 +136,17 @@ class RolloutProducer:
             if k >= held:  # n > max_concurrency: the extra samples wait for a slot
                 await slots.acquire()
             try:
-                await trainer.runner.run(task, run_id=run_id, group_id=group_id, sample=k,  # type: ignore[union-attr]
-                                         step=trainer.state.step + 1, report=report)
+                await run.runner.run(task, run_id=run_id, group_id=group_id, sample=k,  # type: ignore[union-attr]
+                                     step=run.progress.step + 1, report=report)
             finally:
                 slots.release()
 
         started = time.monotonic()
         await asyncio.gather(*(sample(k) for k in range(n)))
         report.seconds = time.monotonic() - started
-        sessions, rewards = await asyncio.to_thread(trainer.scorer.score, report.sessions, {task["id"]: task})
-        sessions, rewards = await trainer.groups.complete({task["id"]: task}, sessions, rewards,
-                                                          step=trainer.state.step + 1, unopened=report.unopened)
+        sessions, rewards = await asyncio.to_thread(run.scorer.score, report.sessions, {task["id"]: task})
+        sessions, rewards = await run.groups.complete({task["id"]: task}, sessions, rewards,
+                                                      step=run.progress.step + 1, unopened=report.unopened)
         counters.completed += 1
         counters.sessions += len(report.sessions)
         counters.failed += report.failed
@@ -184,14 +184,14 @@ class AsyncRollouts(StepSource):
         self.producing = asyncio.create_task(self.producer.run())
 
     async def take(self, step: int) -> StepData:
-        t = self.trainer
+        run = self.trainer.run
         started = time.monotonic()
         before = _snapshot(self.producer.counters)
-        t.tracker.status(f"async: waiting for {self.batch_size} fresh groups")
+        run.tracker.status(f"async: waiting for {self.batch_size} fresh groups")
         fresh, stale = self._taken = await self._take_batch()
         data = self._step_data(fresh, stale, self.producer.counters, before)
         data.metrics["async/wait_s"] = time.monotonic() - started
-        self._update = (t.state.policy_version, self.producer.counters.launched, time.time())
+        self._update = (run.progress.policy_version, self.producer.counters.launched, time.time())
         return data
 
     def after_update(self, step: int, data: StepData, metrics: dict[str, float]) -> None:
@@ -218,14 +218,15 @@ class AsyncRollouts(StepSource):
                 getting.cancel()
                 producing.result()  # raises the producer's error
                 raise RuntimeError("the rollout producer stopped")
-            ok, old = split_by_staleness([getting.result()], self.trainer.state.policy_version, self.max_staleness)
+            ok, old = split_by_staleness([getting.result()], self.trainer.run.progress.policy_version,
+                                          self.max_staleness)
             fresh += ok
             stale += old
         return fresh, stale
 
     def _step_data(self, fresh: list[FinishedGroup], stale: list[FinishedGroup], counters: ProducerCounters,
                    before: dict[str, int]) -> StepData:
-        version = self.trainer.state.policy_version
+        version = self.trainer.run.progress.policy_version
         sessions = [s for g in fresh for s in g.sessions]
         rewards = {sid: r for g in fresh for sid, r in g.rewards.items()}
         lags = [version - g.behaviour_version for g in fresh]

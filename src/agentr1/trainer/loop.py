@@ -32,6 +32,7 @@ from agentr1.trainer.groups import GroupCompleter, resampler
 from agentr1.trainer.offline import OfflineSource, OfflineSteps
 from agentr1.trainer.padded import PaddedBatch
 from agentr1.trainer.rollout import AgentRunner
+from agentr1.trainer.run_state import RunState, TrainerNotSetUp
 from agentr1.trainer.scoring import Scorer, outcome_metrics
 from agentr1.trainer.serving import Serving, start_serving
 from agentr1.trainer.sources import StepData, StepSource, SyncRollouts
@@ -44,10 +45,19 @@ log = logging.getLogger("agentr1.trainer")
 
 
 class Trainer:
-    """One RL job: :meth:`setup`, :meth:`train` (the loop over its :attr:`source`), :meth:`close`."""
+    """One RL job: :meth:`setup` (builds :attr:`run`), :meth:`train` (the loop over its source), :meth:`close`."""
 
     def __init__(self, config: JobConfig, *, quiet: bool = False) -> None:
         self.config, self.quiet, self.out_dir = config, quiet, Path(config.trainer.default_local_dir)
+        self._run: RunState | None = None  # what setup builds
+
+    @property
+    def run(self) -> RunState:
+        """The run's parts (policy, store, serving, tasks, tracking, ...), built by :meth:`setup`."""
+        if self._run is None:
+            raise TrainerNotSetUp("this trainer is not set up: call trainer.setup() before train(), evaluate(), "
+                                  "close() or reading trainer.run")
+        return self._run
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -55,63 +65,68 @@ class Trainer:
         from agentr1.trainer.policy.ray_policy import policy_for  # torch and verl: loaded here
 
         cfg = self.config
+        if self._run is not None:
+            raise RuntimeError("this trainer is set up already: setup() runs once")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         dumped = cfg.dump()
         (self.out_dir / "config.json").write_text(json.dumps(dumped, indent=2))
-        self.store = TraceStore.open(cfg.db)
-        self.model_path = resolve_model(cfg.actor_rollout_ref.model)
+        store = TraceStore.open(cfg.db)
+        model_path = resolve_model(cfg.actor_rollout_ref.model)
         resume = latest_checkpoint(self.out_dir) if cfg.trainer.resume else None
-        self.state = TrainerState.load(resume) if resume else TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
-        self.policy = policy_for(self.model_path, policy_config(cfg), cfg.trainer)
+        progress = TrainerState.load(resume) if resume else TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
+        policy = policy_for(model_path, policy_config(cfg), cfg.trainer)
         # the config that runs: the memory settings as "auto" resolved them on this machine (policy/memory_budget.py)
-        dumped["actor_rollout_ref"]["actor"].update(self.policy.memory_plan.settings())
+        dumped["actor_rollout_ref"]["actor"].update(policy.memory_plan.settings())
         (self.out_dir / "config.json").write_text(json.dumps(dumped, indent=2))
         # rows of a vision-language model name their images by hash: read them where the sessions are stored
-        self.policy.image_store = (ImageStore.for_database(normalize_url(cfg.offline.db)) if cfg.offline is not None
-                                   else self.store.images)
-        serve_from = self.model_path
+        policy.image_store = (ImageStore.for_database(normalize_url(cfg.offline.db)) if cfg.offline is not None
+                              else store.images)
+        serve_from = model_path
         if resume is not None:
-            # checkpoints written before 2026-12-05 (a45b2bb) keep the policy's state in engine/
-            self.policy.load_checkpoint(resume / "policy" if (resume / "policy").is_dir() else resume / "engine")
+            # checkpoints written by earlier releases keep the policy's state in engine/
+            policy.load_checkpoint(resume / "policy" if (resume / "policy").is_dir() else resume / "engine")
             serve_from = resume / "hf"
-            log.info("resuming %s from %s (step %d)", self.state.run_id, resume, self.state.step)
+            log.info("resuming %s from %s (step %d)", progress.run_id, resume, progress.step)
             # rollouts the interruption cut short stay running: mark them (they are never trained on)
-            self.store.abandon_stale(dt.datetime.now(dt.UTC), run_id=self.state.run_id)
-        self.store.ensure_run(self.state.run_id, cfg.run_name)
-        self.scorer = Scorer.for_job(cfg, self.store, self.state.run_id)  # reward functions (+ judge)
-        self.serving: Serving | None = None
-        # the engine's counters and the clock when the current step's window began
-        self._engine_mark: tuple[float, dict[str, float]] = (time.monotonic(), {})
+            store.abandon_stale(dt.datetime.now(dt.UTC), run_id=progress.run_id)
+        store.ensure_run(progress.run_id, cfg.run_name)
+        scorer = Scorer.for_job(cfg, store, progress.run_id)  # reward functions (+ judge)
+        serving: Serving | None = None
+        offline: OfflineSource | None = None
         if cfg.offline is not None:  # train on stored sessions: no serving, no rollouts, no evaluation
             # the selection as of the run's first start, so the resumed cursor points at the same groups
-            self.state.offline_as_of = self.state.offline_as_of or dt.datetime.now(dt.UTC).isoformat()
-            offline = OfflineSource(cfg.offline, cfg.data.train_batch_size, self.scorer.reward_config,
-                                    as_of=dt.datetime.fromisoformat(self.state.offline_as_of))
-            self.train_tasks, self.val_tasks = [], []
+            progress.offline_as_of = progress.offline_as_of or dt.datetime.now(dt.UTC).isoformat()
+            offline = OfflineSource(cfg.offline, cfg.data.train_batch_size, scorer.reward_config,
+                                    as_of=dt.datetime.fromisoformat(progress.offline_as_of))
+            train_tasks: list[dict[str, Any]] = []
+            val_tasks: list[dict[str, Any]] = []
         else:
-            self.train_tasks = load_tasks(cfg.data, "train")  # bad task files fail before any server starts
+            train_tasks = load_tasks(cfg.data, "train")  # bad task files fail before any server starts
             held_out = cfg.trainer.eval_split  # the trainer's evaluations: val, or test for a run that chooses nothing
             has_files = cfg.data.test_files if held_out == "test" else cfg.data.val_files
-            self.val_tasks = load_tasks(cfg.data, held_out) if (has_files or cfg.data.generator) else []
+            val_tasks = load_tasks(cfg.data, held_out) if (has_files or cfg.data.generator) else []
             # the gateway in front of the embedded engine or SGLang / vLLM servers (rollout.name)
-            self.serving = start_serving(cfg, self.store, self.model_path, serve_from, run_id=self.state.run_id,
-                                         policy_version=self.state.policy_version, log_dir=self.out_dir / "servers")
-            self.state.policy_version = asyncio.run(self.serving.align(self.policy, self.state.policy_version))
-            configure(self.serving.url)
-        gateways = self.serving.rollout_urls if self.serving is not None else None
-        self.runner = AgentRunner(cfg.agent, gateways=gateways) if cfg.agent is not None else None
+            serving = start_serving(cfg, store, model_path, serve_from, run_id=progress.run_id,
+                                    policy_version=progress.policy_version, log_dir=self.out_dir / "servers")
+            progress.policy_version = asyncio.run(serving.align(policy, progress.policy_version))
+            configure(serving.url)
+        runner = AgentRunner(cfg.agent, gateways=serving.rollout_urls if serving is not None else None
+                             ) if cfg.agent is not None else None
         # failed members: incomplete groups dropped, or their missing samples run again by the runner
-        self.groups = GroupCompleter(cfg, resample=None if self.runner is None else
-                                     resampler(self.runner, self.scorer, run_id=self.state.run_id))
-        self.distiller = build_distiller(cfg, self.model_path, self.policy) if cfg.algorithm.distill else None
-        self.sampler = TaskSampler(self.train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
-                                   position=self.state.sampler_position)
-        self.tracker = Tracker(self.out_dir, cfg.trainer.total_training_steps, start_step=self.state.step,
-                               quiet=self.quiet,
-                               **tracking_options(cfg.trainer, cfg.run_name, dumped))
-        self.source: StepSource = (OfflineSteps(self, offline) if cfg.offline is not None
-                                   else AsyncRollouts(self, self.out_dir) if cfg.trainer.mode == "async"
-                                   else SyncRollouts(self))
+        groups = GroupCompleter(cfg, resample=None if runner is None else
+                                resampler(runner, scorer, run_id=progress.run_id))
+        source: StepSource = (OfflineSteps(self, offline) if offline is not None
+                              else AsyncRollouts(self, self.out_dir) if cfg.trainer.mode == "async"
+                              else SyncRollouts(self))
+        self._run = RunState(
+            store=store, model_path=model_path, progress=progress, policy=policy, scorer=scorer, serving=serving,
+            train_tasks=train_tasks, val_tasks=val_tasks, runner=runner, groups=groups,
+            distiller=build_distiller(cfg, model_path, policy) if cfg.algorithm.distill else None,
+            sampler=TaskSampler(train_tasks, shuffle=cfg.data.shuffle, seed=cfg.data.seed,
+                                position=progress.sampler_position),
+            tracker=Tracker(self.out_dir, cfg.trainer.total_training_steps, start_step=progress.step,
+                            quiet=self.quiet, **tracking_options(cfg.trainer, cfg.run_name, dumped)),
+            source=source)
 
     # -- train --------------------------------------------------------------------------------
 
@@ -121,133 +136,136 @@ class Trainer:
     async def _train(self) -> dict[str, float]:
         cfg = self.config.trainer
         last: dict[str, float] = {}
+        run = self.run
         # room for max_concurrency sync sessions of the rollout and as many of the evaluation beside it
         use_session_threads(2 * self.config.actor_rollout_ref.rollout.max_concurrency)
         # the held-out evaluation before training runs beside the first step's rollout (both are sampled
         # from the starting policy, one engine batch serves them) and ends before the first update
         before: asyncio.Task[dict[str, float]] | None = None
-        self._engine_mark = (time.monotonic(), self.serving.engine_counters() if self.serving is not None else {})
-        if self.state.step == 0 and self.val_tasks:
+        run.engine_mark = (time.monotonic(), run.serving.engine_counters() if run.serving is not None else {})
+        if run.progress.step == 0 and run.val_tasks:
             before = asyncio.create_task(self.evaluate())
         try:
-            await self.source.start()
-            while self.state.step < cfg.total_training_steps:
-                step = self.state.step + 1
+            await run.source.start()
+            while run.progress.step < cfg.total_training_steps:
+                step = run.progress.step + 1
                 started, at_start = time.monotonic(), process_memory()
-                data = await self.source.take(step)  # 1-2. rollout and reward (or stored sessions)
+                data = await run.source.take(step)  # 1-2. rollout and reward (or stored sessions)
                 after_rollout = process_memory()
                 if before is not None:
-                    self.tracker.log(0, await before)
+                    run.tracker.log(0, await before)
                     before = None
                 metrics = await self.learn(data)
                 metrics.update(peak_rises(at_start, after_rollout, process_memory()))
-                self.source.after_update(step, data, metrics)
+                run.source.after_update(step, data, metrics)
                 metrics["perf/step_s"] = time.monotonic() - started
                 await self.end_step(step, metrics)
                 last = metrics
             if before is not None:  # no training step to run beside it (a run of 0 steps)
-                self.tracker.log(0, await before)
+                run.tracker.log(0, await before)
         finally:
             if before is not None and not before.done():
                 before.cancel()
-            await self.source.close()
+            await run.source.close()
         return last
 
     async def learn(self, data: StepData) -> dict[str, float]:
         """Steps 3-6 of a training step: rows, advantages, update, weight sync. Returns the step's
         metrics (``data.metrics`` included)."""
+        run = self.run
         # 3. replay: exact-token rows from the stored steps, padded into tensors once (advantages, the teacher, the
         #    update and the critic read and write those)
         built = build_rows(data.sessions, BatchConfig(layout=self.config.algorithm.layout,
                                                       max_length=self.config.actor_rollout_ref.actor.max_length),
                            rewards=data.rewards)
-        metrics = {**data.metrics, **self.groups.take_metrics(), **self.scorer.take_metrics(),
+        metrics = {**data.metrics, **run.groups.take_metrics(), **run.scorer.take_metrics(),
                    **{f"batch/{k}": float(v) for k, v in built.metrics.items()}}
         if not built.rows:
             return metrics
-        batch = await asyncio.to_thread(self.policy.pad, built.rows)
+        batch = await asyncio.to_thread(run.policy.pad, built.rows)
         # 4. advantages (values from the critic when the estimator needs them; a teacher's when distilling)
         if get_adv_estimator(self.config.algorithm.adv_estimator).needs_values:
-            batch.extra["values"] = await asyncio.to_thread(self.policy.critic_values, batch)
+            batch.extra["values"] = await asyncio.to_thread(run.policy.critic_values, batch)
         metrics.update(compute_batch_advantages(batch, advantage_config(self.config)))
-        if self.distiller is not None:
-            metrics.update(await asyncio.to_thread(self.distiller.apply, batch))
+        if run.distiller is not None:
+            metrics.update(await asyncio.to_thread(run.distiller.apply, batch))
         # 5. update the policy (and the critic) through verl
         temperature = self.config.actor_rollout_ref.rollout.temperature
         trained: PaddedBatch | None = None
-        if self.state.step >= self.config.trainer.critic_warmup:  # the first critic_warmup steps: critic only
+        if run.progress.step >= self.config.trainer.critic_warmup:  # the first critic_warmup steps: critic only
             trained = batch
             if self.config.actor_rollout_ref.actor.skip_zero_advantage:
                 trained = rows_with_signal(batch)
                 metrics["actor/rows_skipped"] = float(len(batch) - (len(trained) if trained is not None else 0))
             if trained is not None:
-                if self.serving is not None and self.config.trainer.mode != "async":  # no rollout runs meanwhile
-                    metrics["memory/kv_cache_released_gb"] = await self.serving.release_cache() / 2**30
-                metrics.update(await asyncio.to_thread(self.policy.update, trained, temperature=temperature))
-        if self.policy.critic is not None:
-            metrics.update(await asyncio.to_thread(self.policy.update_critic, batch))
+                if run.serving is not None and self.config.trainer.mode != "async":  # no rollout runs meanwhile
+                    metrics["memory/kv_cache_released_gb"] = await run.serving.release_cache() / 2**30
+                metrics.update(await asyncio.to_thread(run.policy.update, trained, temperature=temperature))
+        if run.policy.critic is not None:
+            metrics.update(await asyncio.to_thread(run.policy.update_critic, batch))
         if trained is None:  # the policy did not change: the servers keep their weights, their prefixes, the version
             # no update phase gives back what this step freed (its log-prob pass, the batch): the next rollout would
             # grow beside it (the float32 demo: 1.4 GB kept, the run's peak, after steps without an update)
             release_freed_memory(keep_bytes=0)
             return metrics
         # 6. weights to the serving backend: later steps record the new policy version
-        if self.serving is not None:
-            self.state.policy_version = await self.serving.sync(self.policy)
+        if run.serving is not None:
+            run.progress.policy_version = await run.serving.sync(run.policy)
         else:
-            self.state.policy_version += 1
+            run.progress.policy_version += 1
         return metrics
 
     async def end_step(self, step: int, metrics: dict[str, float]) -> None:
         """Bookkeeping after an update: state, evaluation, metrics, checkpoint."""
-        cfg = self.config.trainer
-        metrics["policy_version"] = float(self.state.policy_version)
-        self.state.step, self.state.sampler_position = step, self.sampler.position
-        if cfg.test_freq and step % cfg.test_freq == 0 and step < cfg.total_training_steps and self.val_tasks:
+        cfg, run = self.config.trainer, self.run
+        metrics["policy_version"] = float(run.progress.policy_version)
+        run.progress.step, run.progress.sampler_position = step, run.sampler.position
+        if cfg.test_freq and step % cfg.test_freq == 0 and step < cfg.total_training_steps and run.val_tasks:
             metrics.update(await self.evaluate())
-        if step == cfg.total_training_steps and self.val_tasks:
+        if step == cfg.total_training_steps and run.val_tasks:
             metrics.update(await self.evaluate())
         metrics.update({f"memory/{name}": value for name, value in process_memory().items()})
-        if self.serving is not None:
-            now, counters = time.monotonic(), self.serving.engine_counters()
-            metrics.update(engine_metrics(self._engine_mark[1], counters, now - self._engine_mark[0]))
-            self._engine_mark = (now, counters)  # the next step's window starts here
-        self.tracker.log(step, metrics)
+        if run.serving is not None:
+            now, counters = time.monotonic(), run.serving.engine_counters()
+            metrics.update(engine_metrics(run.engine_mark[1], counters, now - run.engine_mark[0]))
+            run.engine_mark = (now, counters)  # the next step's window starts here
+        run.tracker.log(step, metrics)
         if (cfg.save_freq and step % cfg.save_freq == 0) or step == cfg.total_training_steps:
-            save_checkpoint(self.out_dir, self.policy, self.state)
+            save_checkpoint(self.out_dir, run.policy, run.progress)
 
     async def evaluate(self) -> dict[str, float]:
         """Held-out metrics of the current policy under the evaluation protocol (``rollout.val_kwargs``: a greedy
         pass and n samples a task): ``val-core/<source>/acc/...`` (greedy@1, mean@n, pass@n, maj@n with their
         intervals), ``success/val`` and ``reward/val`` of the sampled runs, ``success/val_greedy`` of the greedy."""
-        rollout = self.config.actor_rollout_ref.rollout
-        self.tracker.status(f"evaluating on {len(self.val_tasks)} held-out tasks")
-        assert self.runner is not None
-        run = await run_protocol(self.runner, self.val_tasks, self.scorer, rollout.val_kwargs,
-                                 run_id=f"{self.state.run_id}-eval", step=self.state.step,
-                                 max_concurrency=rollout.max_concurrency, source=self.config.run_name,
-                                 switch_interval_s=rollout.switch_interval_s)
-        metrics = dict(run.metrics)
-        if run.sampled is not None:
-            metrics.update(outcome_metrics(run.sampled.sessions, run.sampled.rewards, success_key="success/val",
-                                           reward_key="reward/val"))
-        if run.greedy is not None:
-            metrics.update(outcome_metrics(run.greedy.sessions, run.greedy.rewards, success_key="success/val_greedy",
-                                           reward_key="reward/val_greedy"))
+        rollout, run = self.config.actor_rollout_ref.rollout, self.run
+        run.tracker.status(f"evaluating on {len(run.val_tasks)} held-out tasks")
+        assert run.runner is not None
+        result = await run_protocol(run.runner, run.val_tasks, run.scorer, rollout.val_kwargs,
+                                    run_id=f"{run.progress.run_id}-eval", step=run.progress.step,
+                                    max_concurrency=rollout.max_concurrency, source=self.config.run_name,
+                                    switch_interval_s=rollout.switch_interval_s)
+        metrics = dict(result.metrics)
+        if result.sampled is not None:
+            metrics.update(outcome_metrics(result.sampled.sessions, result.sampled.rewards,
+                                           success_key="success/val", reward_key="reward/val"))
+        if result.greedy is not None:
+            metrics.update(outcome_metrics(result.greedy.sessions, result.greedy.rewards,
+                                           success_key="success/val_greedy", reward_key="reward/val_greedy"))
         return metrics
 
     # -- save / cleanup -----------------------------------------------------------------------
 
     def close(self) -> None:
-        plot = self.tracker.plot()
+        run = self.run
+        plot = run.tracker.plot()
         if plot is not None:
             log.info("curves: %s", plot)
-        self.tracker.close()
-        if self.runner is not None:
-            self.runner.close()
-        if self.serving is not None:
-            self.serving.close()
-        self.store.close()
+        run.tracker.close()
+        if run.runner is not None:
+            run.runner.close()
+        if run.serving is not None:
+            run.serving.close()
+        run.store.close()
 
 
 def peak_rises(at_start: dict[str, float], after_rollout: dict[str, float],

@@ -80,14 +80,14 @@ class OfflineSource:
 
 class OfflineSteps(StepSource):
     """The training loop's ``offline`` source: the next groups of the selection at the trainer's
-    checkpointed cursor (``state.offline_cursor``)."""
+    checkpointed cursor (``progress.offline_cursor``)."""
 
     def __init__(self, trainer: TrainerContext, selection: OfflineSource) -> None:
         super().__init__(trainer)
         self.selection = selection
 
     async def take(self, step: int) -> StepData:
-        state = self.trainer.state
-        sessions, rewards, metrics = self.selection.take(state.offline_cursor)
-        state.offline_cursor += self.selection.batch_size
+        progress = self.trainer.run.progress
+        sessions, rewards, metrics = self.selection.take(progress.offline_cursor)
+        progress.offline_cursor += self.selection.batch_size
         return StepData(sessions, rewards, metrics)

@@ -10,7 +10,8 @@ metrics, checkpoint). A source is a :class:`StepSource`:
   rollouts running during updates; a step takes the next complete, fresh groups;
 - :class:`agentr1.trainer.offline.OfflineSteps` (``offline``): sessions already in a store.
 
-A source sees the trainer only through :class:`TrainerContext`: its public attributes and methods.
+A source sees the trainer only through :class:`TrainerContext`: its config and the parts of the run that setup built
+(:class:`RunParts`, the fields of :class:`agentr1.trainer.run_state.RunState` a source reads).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from agentr1.trainer.scoring import Scorer, outcome_metrics
 from agentr1.trainer.tasks import TaskSampler
 from agentr1.trainer.tracking import Tracker
 
-__all__ = ["StepData", "StepSource", "SyncRollouts", "TrainerContext"]
+__all__ = ["RunParts", "StepData", "StepSource", "SyncRollouts", "TrainerContext"]
 
 log = logging.getLogger("agentr1.trainer")
 
@@ -44,16 +45,25 @@ class StepData:
     metrics: dict[str, float]
 
 
-class TrainerContext(Protocol):
-    """What a source may use of the trainer (public attributes of :class:`agentr1.trainer.loop.Trainer`)."""
+class RunParts(Protocol):
+    """What a source may use of the run's parts (fields of :class:`agentr1.trainer.run_state.RunState`)."""
 
-    config: JobConfig
-    state: TrainerState
+    progress: TrainerState
     runner: AgentRunner | None
     sampler: TaskSampler
     scorer: Scorer
     groups: GroupCompleter
     tracker: Tracker
+
+
+class TrainerContext(Protocol):
+    """What a source may use of the trainer (:class:`agentr1.trainer.loop.Trainer`): a source is built during setup
+    and reads :attr:`run` only once it is called, after setup."""
+
+    config: JobConfig
+
+    @property
+    def run(self) -> RunParts: ...
 
 
 class StepSource:
@@ -80,19 +90,19 @@ class SyncRollouts(StepSource):
     """Each step rolls out ``data.train_batch_size`` tasks x ``rollout.n`` with the current policy."""
 
     async def take(self, step: int) -> StepData:
-        t = self.trainer
-        rollout = t.config.actor_rollout_ref.rollout
-        assert t.runner is not None
-        tasks = t.sampler.take(t.config.data.train_batch_size)
+        config, run = self.trainer.config, self.trainer.run
+        rollout = config.actor_rollout_ref.rollout
+        assert run.runner is not None
+        tasks = run.sampler.take(config.data.train_batch_size)
         by_id = {task["id"]: task for task in tasks}
-        t.tracker.status(f"rollout: {len(tasks)} tasks x {rollout.n}")
-        report = await collect(t.runner, tasks, n=rollout.n, run_id=t.state.run_id, step=step,
+        run.tracker.status(f"rollout: {len(tasks)} tasks x {rollout.n}")
+        report = await collect(run.runner, tasks, n=rollout.n, run_id=run.progress.run_id, step=step,
                                max_concurrency=rollout.max_concurrency, switch_interval_s=rollout.switch_interval_s)
         for error in report.errors:
             log.warning("rollout failure: %s", error)
-        sessions, rewards = await asyncio.to_thread(t.scorer.score, report.sessions, by_id)
-        sessions, rewards = await t.groups.complete(by_id, sessions, rewards, step=step, unopened=report.unopened)
-        min_version = t.state.policy_version - rollout.max_staleness
+        sessions, rewards = await asyncio.to_thread(run.scorer.score, report.sessions, by_id)
+        sessions, rewards = await run.groups.complete(by_id, sessions, rewards, step=step, unopened=report.unopened)
+        min_version = run.progress.policy_version - rollout.max_staleness
         fresh = [s for s in sessions if s.status == "finished" and s.policy_version >= min_version]
         return StepData(fresh, {s.id: rewards[s.id] for s in fresh}, {
             "rollout/sessions": float(len(report.sessions)), "rollout/failed": float(report.failed),

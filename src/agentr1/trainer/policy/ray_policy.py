@@ -34,9 +34,10 @@ import torch
 from agentr1.trainer.padded import PaddedBatch
 
 from ._platform import prepare_verl, resolve_device
-from .config import PolicyConfig, verl_actor_config
-from .local import LocalPolicy, _critic_loss_config
+from .config import PolicyConfig
+from .local import LocalPolicy, model_roles, role_model_path, with_overrides
 from .memory_budget import resolve_memory_settings
+from .updates import TrainedModel
 from .verl_model import Role, reduce_metrics, verl_configs
 
 __all__ = ["RayModel", "RayPolicy", "policy_for", "start_ray"]
@@ -183,39 +184,29 @@ class RayPolicy(LocalPolicy):
                  n_gpus_per_node: int = 1, nnodes: int = 1, ray_address: str | None = None,
                  ray_num_cpus: int | None = None, sync_dir: str | os.PathLike[str] | None = None,
                  **overrides: Any) -> None:
-        config = config or PolicyConfig()
-        if overrides:
-            config = PolicyConfig.from_dict({**config.__dict__, **overrides})
+        config = with_overrides(config, overrides)
         config.validate()
         if n_gpus_per_node < 1 or nnodes < 1:
             raise ValueError(f"n_gpus_per_node and nnodes must be >= 1, not {n_gpus_per_node} and {nnodes}")
-        self.device = resolve_device(config.device)
-        if self.device == "cpu":  # verl in this process must resolve the same "cpu" platform as the workers
+        device = resolve_device(config.device)
+        if device == "cpu":  # verl in this process must resolve the same "cpu" platform as the workers
             prepare_verl("cpu")
         from verl.single_controller.ray import RayResourcePool
 
-        self.model_path = Path(model_path)
-        config, self.memory_plan = resolve_memory_settings(config, self.device, self.model_path)
-        log.info("update memory on %s: %s", self.device, self.memory_plan.describe())
-        self.config = config
-        self.sync_dir = Path(sync_dir) if sync_dir else None  # as LocalPolicy: None = a temp dir
-        roles: list[Role] = ["actor"] + (["ref"] if config.use_kl_loss else []) + (["critic"] if config.critic else [])
+        config, memory_plan = resolve_memory_settings(config, device, Path(model_path))
+        log.info("update memory on %s: %s", device, memory_plan.describe())
+        roles = model_roles(config)
         started = time.perf_counter()
         # one bundle per device; every role's worker shares it (verl's max_colocate_count)
-        cpus = ray_num_cpus or (max(2, len(roles) * n_gpus_per_node) if self.device == "cpu" else None)
+        cpus = ray_num_cpus or (max(2, len(roles) * n_gpus_per_node) if device == "cpu" else None)
         start_ray(num_cpus=cpus, address=ray_address)
-        pool = RayResourcePool([n_gpus_per_node] * nnodes, use_gpu=self.device == "cuda",
+        pool = RayResourcePool([n_gpus_per_node] * nnodes, use_gpu=device == "cuda",
                                max_colocate_count=len(roles), name_prefix="agentr1")
-        critic_path = Path(config.critic_model_path) if config.critic_model_path else self.model_path
-        models = {role: RayModel(critic_path if role == "critic" else self.model_path, role=role, config=config,
-                                 device=self.device, resource_pool=pool) for role in roles}
-        self.actor, self.ref, self.critic = models["actor"], models.get("ref"), models.get("critic")
-        self.actor_config = verl_actor_config(config)
-        self.critic_config = _critic_loss_config(config) if config.critic else None
-        self.version = 0
-        self.critic_version = 0
-        self._generator = torch.Generator().manual_seed(config.data_loader_seed)
-        self._init_images()  # the rows' pixel inputs are built here and sent to the workers with the batch
+        models: dict[Role, TrainedModel] = {
+            role: RayModel(role_model_path(config, Path(model_path), role), role=role, config=config, device=device,
+                           resource_pool=pool) for role in roles}
+        # the rows' pixel inputs are built here and sent to the workers with the batch
+        self._compose(model_path, config, device, memory_plan, models, sync_dir)
         log.info("Ray policy: %d x %d %s workers per model, ready in %.1f s", nnodes, n_gpus_per_node,
                  self.device, time.perf_counter() - started)
 
