@@ -102,7 +102,7 @@ def _eval(job: Any, split: str, *, reproducible: bool, progress: bool) -> dict[s
                                                         reproducible=reproducible))
     return {**timed, "call_s": time.perf_counter() - started, "success_greedy": answer["success_greedy"],
             "infra_failed": answer.get("success_greedy/infra_failed", 0.0) + answer.get("success/infra_failed", 0.0),
-            "engine_dtype": answer["engine_dtype"]}
+            "dtype": answer["dtype"]}
 
 
 def child(args: argparse.Namespace) -> None:

@@ -87,6 +87,7 @@ async def _direct_calls(backend: Any, renderer: Any, sessions: int, turns: int, 
 def _in_process_backend(kind: str, model: str) -> tuple[Any, Any]:
     from agentr1.core.models import resolve_model
     from agentr1.core.rendering import load_renderer
+    from agentr1.engine import EngineOptions
     from agentr1.gateway import GatewaySettings
     from agentr1.gateway.backends import build_backend
     from agentr1.gateway.backends.instant import InstantBackend
@@ -95,8 +96,9 @@ def _in_process_backend(kind: str, model: str) -> tuple[Any, Any]:
     renderer = load_renderer(path)
     if kind == "instant":
         return InstantBackend(renderer.tokenizer, "4", model_name="bench"), renderer
-    # the backend `agentr1 gateway --model M --device cpu` serves (the same factory)
-    return build_backend(GatewaySettings(model=str(path), device="cpu", served_model_name="bench")), renderer
+    # the backend `agentr1 gateway --model M --engine-device cpu` serves (the same factory)
+    return build_backend(GatewaySettings(model=str(path), engine=EngineOptions(device="cpu"),
+                                         served_model_name="bench")), renderer
 
 
 def part_a(args: argparse.Namespace, tmp: Path) -> list[str]:

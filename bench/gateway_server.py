@@ -103,11 +103,13 @@ def gateway_app(kind: str, model: str, db: str, *, durable: bool = True) -> tupl
     ``model``'s tokenizer) or ``local`` (the embedded engine on ``model``)."""
     from agentr1.core.models import resolve_model
     from agentr1.core.rendering import load_renderer
+    from agentr1.engine import EngineOptions
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends.instant import InstantBackend
-    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.gateway.settings import GatewaySettings, WriteSettings
 
-    settings = GatewaySettings(model=model, db=db, accept_any_model=True, durable_writes=durable, device="cpu")
+    settings = GatewaySettings(model=model, db=db, accept_any_model=True, write=WriteSettings(durable=durable),
+                               engine=EngineOptions(device="cpu"))
     backend = renderer = None
     if kind == "instant":
         renderer = load_renderer(resolve_model(model))

@@ -257,8 +257,10 @@ def contention(processes: int, niceness: int = 0) -> Iterator[None]:
 
 
 def start(module: Any, args: argparse.Namespace, **options: Any) -> Any:
-    options = dict(device=args.device, max_batch_size=max(args.concurrency), num_threads=args.threads or None,
-                   **options)
+    # the threads' option is `threads` since EngineOptions became a pydantic model, `num_threads` before
+    threads = "threads" if hasattr(getattr(module, "EngineOptions", None), "model_fields") else "num_threads"
+    options = {"device": args.device, "max_batch_size": max(args.concurrency), threads: args.threads or None,
+               **options}
     if hasattr(module, "EngineOptions"):  # one options object (issue 38)
         backend = module.LocalBackend(resolve_model(args.model), module.EngineOptions(**options))
         backend.engine.start()

@@ -479,7 +479,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="torch.profiler over the engine-only replay (use with --modes thread), tables printed")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="more job overrides, e.g. actor_rollout_ref.rollout.engine_compile=true")
+                        help="more job overrides, e.g. actor_rollout_ref.rollout.engine.compile=true")
     parser.add_argument("--modes", default="eager,thread,process",
                         help="compared in this order: thread (the engine in the trainer's process), process (in "
                              "its own), eager (in a thread, every arrival admitted at once: the engine before)")

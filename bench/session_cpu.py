@@ -112,6 +112,7 @@ def main() -> None:
 
     from agentr1.core import resolve_model
     from agentr1.core.rendering import load_renderer
+    from agentr1.engine import EngineOptions
     from agentr1.gateway.backends.instant import InstantBackend
     from agentr1.gateway.embedded import EmbeddedGateway
     from agentr1.gateway.server import BackgroundServer, free_port
@@ -126,7 +127,8 @@ def main() -> None:
         backend = InstantBackend(renderer.tokenizer, "The answer is 12, which is the sum of the two numbers.",
                                  model_name="policy")
         with TraceStore.open(db) as store:
-            gateway = EmbeddedGateway(GatewaySettings(db=db, default_run="bench", accept_any_model=True, device="cpu"),
+            gateway = EmbeddedGateway(GatewaySettings(db=db, default_run="bench", accept_any_model=True,
+                                                      engine=EngineOptions(device="cpu")),
                                       store=store, backend=backend, renderer=renderer).start()
             try:
                 ours = measure(gateway.url, gateway.server.thread, args.sessions, args.rounds, tmp)

@@ -10,7 +10,7 @@ when it ends, and the peak resident memory of the whole demo is the largest stag
 3. RL: ``agentr1 train examples/chains/demo.yaml`` from the SFT checkpoint: held-out success of the
    SFT policy first (step 0: *before*, greedy and sampled), then GRPO steps, then held-out success again (*after*).
 
-The RL stage runs in bfloat16 where the CPU multiplies it in hardware (``rollout.engine_dtype`` and
+The RL stage runs in bfloat16 where the CPU multiplies it in hardware (``rollout.engine.dtype`` and
 ``actor.param_dtype`` in demo.yaml; on a CPU without AVX-512 BF16 or AMX ``agentr1 train`` and ``agentr1 eval`` run
 such a job in float32 instead: ``agentr1.trainer.cpu_dtypes``). It trains on ``make_demo_tasks`` with the outcome alone as the reward (held-out
 chains sampled under per-chain seeds, each call of an episode under its own), 3 chains x 8 samples a step for 8 steps
@@ -120,7 +120,7 @@ def summarize(out: Path) -> dict[str, Any]:
     config = json.loads((out / "rl" / "config.json").read_text())
     summary.update(
         train_success=[h.get("success/train") for h in history if "success/train" in h],
-        engine_dtype=config["actor_rollout_ref"]["rollout"]["engine_dtype"],
+        dtype=config["actor_rollout_ref"]["rollout"]["engine"]["dtype"],
         val_kwargs=config["actor_rollout_ref"]["rollout"]["val_kwargs"],
         checkpoint=str(latest_checkpoint(out / "rl")), curves=str(out / "rl" / "curves.png"),
         sft_curves=str(out / "sft" / "curves.png"))

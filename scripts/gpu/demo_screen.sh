@@ -26,7 +26,7 @@ else
   gpu_env "$PWD/scripts/gpu/stubs"
   gpu_smollm2 > /dev/null || exit 4
   PY=python3
-  JOB=("actor_rollout_ref.rollout.cache_gb=${CACHE_GB:-1.5}")
+  JOB=("actor_rollout_ref.rollout.engine.cache_gb=${CACHE_GB:-1.5}")
   export AGENTR1_ENGINE_PROCESS=${AGENTR1_ENGINE_PROCESS:-0}  # the engine in the trainer's process, as on the CPU
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}

@@ -52,7 +52,7 @@ async def main(model: str, device: str, rows: int) -> None:
     prompts = [renderer.render([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], None,
                                add_generation_prompt=True) for i in range(rows)]
     backend = LocalBackend(model, EngineOptions(device=device, prefix_cache=False,
-                                                num_threads=1 if device == "cpu" else None))
+                                                threads=1 if device == "cpu" else None))
     await backend.start()
     spec = GrammarSpec("json_schema", json.dumps(CITY))
     constrained = set(range(0, rows, 2))

@@ -4,7 +4,7 @@
 # (setsid: it outlives the call); each call waits up to WAIT_S seconds and copies the logs (run<i>.log: the
 # bench's table and JSON line) into $OUT.
 # Carry `.whl .tok` in the first call.
-#   bash scripts/gpu/rollout_bench.sh "" "--set actor_rollout_ref.rollout.engine_compile=true" "--job calculator"
+#   bash scripts/gpu/rollout_bench.sh "" "--set actor_rollout_ref.rollout.engine.compile=true" "--job calculator"
 # (one run per argument: the bench's flags on top of ROLLOUT_ARGS, e.g. --set overrides or --job; "" runs
 # ROLLOUT_ARGS alone: the chains job on the default engine).
 set -uo pipefail

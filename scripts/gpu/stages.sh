@@ -70,7 +70,7 @@ stages_setup() {
     LIMIT_S=${LIMIT_S:-540}
   fi
   JOB=("$TRAIN_CFG" "data.val_size=$VAL" "trainer.device=$DEVICE" ${JOB_ARGS:-})
-  if [ "$DEVICE" != cpu ]; then JOB+=("actor_rollout_ref.rollout.cache_gb=${CACHE_GB:-8}"); fi
+  if [ "$DEVICE" != cpu ]; then JOB+=("actor_rollout_ref.rollout.engine.cache_gb=${CACHE_GB:-8}"); fi
   SFT_MODEL=()
   if [ -n "${MODEL:-}" ]; then JOB+=("actor_rollout_ref.model=$MODEL"); SFT_MODEL=("model.path=$MODEL"); fi
 }

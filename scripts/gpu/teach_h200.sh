@@ -35,7 +35,7 @@ RECIPE=teach DEVICE=${DEVICE:-cuda} MODEL=${MODEL:-smollm2}
 source scripts/gpu/stages.sh  # last_json, last_checkpoints, prune_checkpoints
 if [ "$DEVICE" = cpu ]; then PY=(.venv/bin/python); else PY=(python3); fi
 DEVICE_ARGS=("trainer.device=$DEVICE")
-if [ "$DEVICE" != cpu ]; then DEVICE_ARGS+=("actor_rollout_ref.rollout.cache_gb=$CACHE_GB"); fi
+if [ "$DEVICE" != cpu ]; then DEVICE_ARGS+=("actor_rollout_ref.rollout.engine.cache_gb=$CACHE_GB"); fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 export AGENTR1_ENGINE_PROCESS=${AGENTR1_ENGINE_PROCESS:-0}  # each run's engine in its own process: fewer CUDA contexts
 

@@ -13,7 +13,7 @@ def engine(tiny_model_path):
     from agentr1.engine import EngineOptions
     from agentr1.gateway.backends import LocalBackend
 
-    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=8, num_threads=1))
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=8, threads=1))
     backend.engine.start()
     yield backend
     run(backend.close())

@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mem-fraction-static", type=float, default=None)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    engine = LocalBackend(args.model_path, EngineOptions(device="cpu", max_batch_size=8, num_threads=1))
+    engine = LocalBackend(args.model_path, EngineOptions(device="cpu", max_batch_size=8, threads=1))
     engine.engine.start()
     app = create_app(engine, model_path=args.model_path, served_model_name=args.served_model_name,
                      context_len=args.context_length, stream_output=args.stream_output,

@@ -24,7 +24,7 @@ TURNS = 8
 
 def agent_session(model: Path, db: Path, *, prefix_cache: bool, max_tokens: int, **sampling: Any) -> tuple[Any, Any]:
     """Run one 8-turn chat session through a gateway on the local engine; (trace, engine stats)."""
-    backend = LocalBackend(model, EngineOptions(device="cpu", dtype="float32", num_threads=1,
+    backend = LocalBackend(model, EngineOptions(device="cpu", dtype="float32", threads=1,
                                                 prefix_cache=prefix_cache))
     store = TraceStore.open(str(db))
     app = create_app(GatewaySettings(db=str(db), accept_any_model=True), store=store, backend=backend)

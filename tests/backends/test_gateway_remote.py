@@ -17,7 +17,7 @@ from agentr1.gateway.app import create_app
 from agentr1.gateway.backends.sglang import SGLangBackend
 from agentr1.gateway.backends.vllm import VLLMBackend
 from agentr1.gateway.server import BackgroundServer
-from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway.settings import AuthSettings, GatewaySettings
 from agentr1.store import TraceStore
 
 KINDS = {"sglang": (fake_sglang, SGLangBackend), "vllm": (fake_vllm, VLLMBackend)}
@@ -31,7 +31,7 @@ def test_openai_client_through_the_gateway_records_exact_steps(kind, engine, tin
     try:
         with served(remote) as url:
             backend = backend_class([url], tokenizer=str(tiny_model_path))
-            app = create_app(GatewaySettings(db=str(tmp_path / "gw.db"), admin_key="admin"), store=store,
+            app = create_app(GatewaySettings(db=str(tmp_path / "gw.db"), auth=AuthSettings(admin_key="admin")), store=store,
                              backend=backend)
             with BackgroundServer(app) as gateway:
                 s = httpx.post(f"{gateway}/sessions", json={"task_id": "t1"}).json()

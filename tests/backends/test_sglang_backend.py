@@ -219,8 +219,8 @@ def two_servers_and_new_weights(tiny_model_path, tmp_path):
     from agentr1.core.models import build_tiny_random_model
 
     new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
-    engines = [LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1)) for _ in range(2)]
-    reference = LocalBackend(new_weights, EngineOptions(device="cpu", num_threads=1))
+    engines = [LocalBackend(tiny_model_path, EngineOptions(device="cpu", threads=1)) for _ in range(2)]
+    reference = LocalBackend(new_weights, EngineOptions(device="cpu", threads=1))
     for e in (*engines, reference):
         e.engine.start()
     apps = [fake_sglang.create_app(e, model_path=tiny_model_path) for e in engines]

@@ -97,7 +97,7 @@ def test_weight_reload_through_collective_rpc(prompts, tiny_model_path, tmp_path
     from agentr1.core.models import build_tiny_random_model
 
     new_weights = build_tiny_random_model(tmp_path / "step-1", seed=1)
-    engine, reference = (LocalBackend(p, EngineOptions(device="cpu", num_threads=1))
+    engine, reference = (LocalBackend(p, EngineOptions(device="cpu", threads=1))
                          for p in (tiny_model_path, new_weights))
     engine.engine.start(), reference.engine.start()
     app = fake_vllm.create_app(engine, model_path=tiny_model_path)
@@ -145,7 +145,7 @@ def test_a_failed_reload_puts_the_weights_of_before_back_or_takes_the_server_out
     from agentr1.core.generation import BackendUnavailable
     from agentr1.core.models import build_tiny_random_model
 
-    engine = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1))
+    engine = LocalBackend(tiny_model_path, EngineOptions(device="cpu", threads=1))
     engine.engine.start()
     checkpoint = build_tiny_random_model(tmp_path / "step-1", seed=1)
     app = fake_vllm.create_app(engine, model_path=tiny_model_path)

@@ -215,12 +215,12 @@ def test_openai_client_through_the_gateway_records_the_servers_steps(tmp_path):
 
     from agentr1.gateway.app import create_app
     from agentr1.gateway.server import BackgroundServer
-    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.gateway.settings import AuthSettings, GatewaySettings
     from agentr1.store import TraceStore
 
     store = TraceStore.open(str(tmp_path / "gw.db"))
     backend = VLLMBackend(URLS, tokenizer=MODEL)
-    app = create_app(GatewaySettings(db=str(tmp_path / "gw.db"), admin_key="admin"), store=store, backend=backend)
+    app = create_app(GatewaySettings(db=str(tmp_path / "gw.db"), auth=AuthSettings(admin_key="admin")), store=store, backend=backend)
     try:
         with BackgroundServer(app) as gateway:
             s = httpx.post(f"{gateway}/sessions", json={"task_id": "t1"}).json()

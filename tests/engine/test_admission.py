@@ -76,7 +76,7 @@ class _Collect:
 def test_an_idle_engine_admits_a_burst_in_one_prefill(tiny_model_path):
     """24 requests 0.2 ms apart: the worker, woken by the first, waits for the others (BURST_QUIET_S) and prefills
     them together; without the wait it prefills the first alone and the rest one step later (2+ admissions)."""
-    engine = Engine(tiny_model_path, EngineOptions(device="cpu", dtype="float32", num_threads=1, max_batch_size=32))
+    engine = Engine(tiny_model_path, EngineOptions(device="cpu", dtype="float32", threads=1, max_batch_size=32))
     engine.start()
     try:
         prompt = engine.tokenizer.encode("a burst of requests", add_special_tokens=False)

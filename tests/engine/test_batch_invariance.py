@@ -32,7 +32,7 @@ def _prompts(backend: LocalBackend) -> list[list[int]]:
 def _greedy(path: Path, dtype: str, threads: int, *, together: bool) -> list[GenerateResult]:
     """The four prompts' greedy replies on ``threads`` threads: one after the other (each decoded alone), or all at
     once (decoded beside each other, rows joining and leaving as they start and end)."""
-    backend = LocalBackend(path, EngineOptions(device="cpu", dtype=dtype, num_threads=threads, batch_invariant=True))
+    backend = LocalBackend(path, EngineOptions(device="cpu", dtype=dtype, threads=threads, batch_invariant=True))
     backend.engine.start()
     try:
         requests = [GenerateRequest(prompt_ids=p, sampling=SamplingParams(max_new_tokens=24 + 4 * i, temperature=0.0))

@@ -18,7 +18,7 @@ NEW_TOKENS = 300
 def _run(path, *, overlap: bool) -> tuple[list, list[int]]:
     """Four rows of NEW_TOKENS tokens each (sampled: the tiny random model seldom ends a turn); the results and the
     cache's capacity after each admission or growth."""
-    backend = LocalBackend(path, EngineOptions(device="cpu", dtype="float32", num_threads=1, max_batch_size=4,
+    backend = LocalBackend(path, EngineOptions(device="cpu", dtype="float32", threads=1, max_batch_size=4,
                                                overlap=overlap))
     backend.engine.start()
     capacities: list[int] = []

@@ -1,5 +1,5 @@
 """The local engine in bfloat16 on the CPU (``LocalBackend(dtype="bfloat16")``, the gateway's and the trainer's
-``engine_dtype``), with the real SmolLM2: its weights and KV cache are bfloat16, and the log-probabilities it
+``engine.dtype``), with the real SmolLM2: its weights and KV cache are bfloat16, and the log-probabilities it
 returns for the tokens it samples are within bfloat16's rounding of a plain float32 forward pass of the same ids.
 
 The bars come from a measurement (2026-12-04, 8 chat prompts x 24 tokens at temperature 1): mean |difference|

@@ -24,7 +24,7 @@ TOLERANCE = {"cpu": 1e-4, "cuda": 2e-3}  # float32; cuda kernels sum in other or
 
 def start(path: Any, device: str, **options: Any) -> LocalBackend:
     backend = LocalBackend(path, EngineOptions(device=device, dtype="float32",
-                                               num_threads=1 if device == "cpu" else None, **options))
+                                               threads=1 if device == "cpu" else None, **options))
     backend.engine.start()
     return backend
 

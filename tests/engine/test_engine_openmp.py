@@ -30,7 +30,7 @@ def idle_threads(engine):
     while not engine.idle():
         time.sleep(0.05)
     return threads()
-backend = LocalBackend(sys.argv[1], EngineOptions(device="cpu", dtype="float32", num_threads=int(sys.argv[2])))
+backend = LocalBackend(sys.argv[1], EngineOptions(device="cpu", dtype="float32", threads=int(sys.argv[2])))
 backend.engine.start()
 counts = {"started": idle_threads(backend.engine)}
 counts["caller_released"] = release_openmp_threads()

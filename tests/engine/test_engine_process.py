@@ -24,8 +24,8 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 @pytest.fixture(scope="module")
 def pair(tiny_model_path) -> Iterator[tuple[LocalBackend, LocalBackend]]:
-    thread = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1))
-    process = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1), engine_process=True)
+    thread = LocalBackend(tiny_model_path, EngineOptions(device="cpu", threads=1))
+    process = LocalBackend(tiny_model_path, EngineOptions(device="cpu", threads=1), engine_process=True)
     run(thread.start())
     run(process.start())
     yield thread, process
@@ -136,7 +136,7 @@ def test_a_grammar_is_compiled_in_the_engine_process(pair):
 
 
 def test_closing_the_engine_process_aborts_rows_and_refuses_new_ones(tiny_model_path):
-    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1), engine_process=True)
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", threads=1), engine_process=True)
 
     async def scenario() -> None:
         await backend.start()

@@ -24,7 +24,7 @@ async def _generate(backend: LocalBackend) -> list[tuple[list[int], list[float]]
 
 @pytest.fixture
 def backend(tiny_model_path):
-    backend = LocalBackend(str(tiny_model_path), EngineOptions(device="cpu", dtype="float32", num_threads=1))
+    backend = LocalBackend(str(tiny_model_path), EngineOptions(device="cpu", dtype="float32", threads=1))
     backend.engine.start()
     yield backend
     backend.engine.close()
@@ -49,7 +49,7 @@ def test_an_idle_engine_releases_its_kv_cache_and_grows_a_new_one_for_the_next_r
 
 def test_an_engine_in_another_process_keeps_its_cache(tiny_model_path):
     """Its memory is its own process's: releasing it would not lower the trainer's."""
-    backend = LocalBackend(str(tiny_model_path), EngineOptions(device="cpu", dtype="float32", num_threads=1),
+    backend = LocalBackend(str(tiny_model_path), EngineOptions(device="cpu", dtype="float32", threads=1),
                            engine_process=True)
     backend.engine.start()
     try:

@@ -60,7 +60,7 @@ def with_and_without_sharing(path: Any, requests: list[GenerateRequest]) -> tupl
     two engines' (prefill_tokens, cached_tokens, prefill_passes)."""
     outcome = []
     for prefix_cache in (True, False):
-        engine = Engine(path, EngineOptions(device=DEVICE, dtype="float32", max_batch_size=16, num_threads=1,
+        engine = Engine(path, EngineOptions(device=DEVICE, dtype="float32", max_batch_size=16, threads=1,
                                             prefix_cache=prefix_cache))
         engine.start()
         try:

@@ -34,7 +34,7 @@ class Ran:
 
 def started(path: Path, **options: Any) -> LocalBackend:
     """A float32 CPU engine of up to ten rows on the model at ``path``, started."""
-    backend = LocalBackend(path, EngineOptions(device="cpu", dtype="float32", num_threads=1, max_batch_size=10,
+    backend = LocalBackend(path, EngineOptions(device="cpu", dtype="float32", threads=1, max_batch_size=10,
                                                **options))
     backend.engine.start()
     return backend
@@ -199,7 +199,7 @@ def test_the_thread_count_does_not_change_what_is_sampled(smollm2_path: Path) ->
     the work by thread): float32 decode steps use two batched products instead (``slot_cache.decode_attention``)."""
     outputs = []
     for threads in (1, 2):
-        backend = LocalBackend(smollm2_path, EngineOptions(device="cpu", dtype="float32", num_threads=threads,
+        backend = LocalBackend(smollm2_path, EngineOptions(device="cpu", dtype="float32", threads=threads,
                                                            prefix_cache=False))
         backend.engine.start()
         tok = backend.engine.tokenizer

@@ -77,7 +77,7 @@ def test_grammar_mask_follows_the_matcher(tiny_model_path):
 
 def test_the_tiny_model_writes_valid_output_under_each_grammar_kind(tiny_model_path):
     async def main():
-        backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1))
+        backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", threads=1))
         await backend.start()
         try:
             tok = backend.engine.tokenizer

@@ -53,7 +53,7 @@ async def _streamed(backend: LocalBackend, request: GenerateRequest) -> tuple[li
 @pytest.mark.parametrize("process", [False, pytest.param(True, marks=pytest.mark.slow)],
                          ids=["engine-thread", "engine-process"])
 def test_prompt_logprobs_are_a_plain_forwards_whole_and_streamed(tiny_model_path, process):
-    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", dtype="float32", num_threads=1),
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", dtype="float32", threads=1),
                            engine_process=process)
     asyncio.run(backend.start())
     try:
@@ -79,7 +79,7 @@ def test_prompt_logprobs_are_a_plain_forwards_whole_and_streamed(tiny_model_path
 
 def test_the_output_layer_runs_in_chunks(tiny_model_path, monkeypatch):
     """Chunks of 7 positions give what chunks of 256 do: the chunking changes which logits are held, not values."""
-    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", dtype="float32", num_threads=1))
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", dtype="float32", threads=1))
     asyncio.run(backend.start())
     try:
         request = _requests(backend.engine.tokenizer)[1]

@@ -25,7 +25,7 @@ def run(coro: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def owner_and_client(tiny_model_path) -> Iterator[tuple[LocalBackend, LocalBackend]]:
-    owner = LocalBackend(tiny_model_path, EngineOptions(device="cpu", num_threads=1), engine_process=True)
+    owner = LocalBackend(tiny_model_path, EngineOptions(device="cpu", threads=1), engine_process=True)
     run(owner.start())
     client = LocalBackend(tiny_model_path, EngineOptions(device="cpu"), engine_address=owner.engine_address)
     run(client.start())

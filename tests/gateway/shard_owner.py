@@ -12,9 +12,10 @@ from agentr1.gateway.backends import LocalBackend
 
 if __name__ == "__main__":
     model, db = sys.argv[1], sys.argv[2]
-    owner = LocalBackend(model, EngineOptions(device="cpu", num_threads=1), engine_process=True)
+    owner = LocalBackend(model, EngineOptions(device="cpu", threads=1), engine_process=True)
     owner.engine.start()
-    settings = GatewaySettings(db=db, model=model, device="cpu", accept_any_model=True, default_run="shards")
+    settings = GatewaySettings(db=db, model=model, engine=EngineOptions(device="cpu"), accept_any_model=True,
+                               default_run="shards")
     shards = GatewayShards(settings, owner.engine_address, 1).start()
     print(shards.processes[0].pid, owner.engine._remote.process.pid, shards.urls[0], flush=True)
     time.sleep(600)

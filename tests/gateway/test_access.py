@@ -12,6 +12,7 @@ import pytest
 from gateway_harness import serve
 
 from agentr1.core.rendering import load_renderer
+from agentr1.gateway import AuthSettings
 from agentr1.gateway.backends.instant import InstantBackend
 
 BODY = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
@@ -48,7 +49,7 @@ def _is_openai_error(r, status, code=None):
 
 @pytest.fixture()
 def locked(tmp_path, renderer):
-    with serve(tmp_path / "gw.db", backend=_backend(renderer), renderer=renderer, admin_key=ADMIN) as (url, store):
+    with serve(tmp_path / "gw.db", backend=_backend(renderer), renderer=renderer, auth=AuthSettings(admin_key=ADMIN)) as (url, store):
         yield url, store
 
 
@@ -110,8 +111,8 @@ def test_without_an_admin_key_the_loopback_gateway_stays_open(tmp_path, renderer
 
 
 def test_gateway_api_key_guards_session_creation_and_unattributed_calls(tmp_path, renderer):
-    with serve(tmp_path / "k.db", backend=_backend(renderer), renderer=renderer, admin_key=ADMIN,
-               api_key=GATEWAY_KEY) as (url, _):
+    with serve(tmp_path / "k.db", backend=_backend(renderer), renderer=renderer,
+               auth=AuthSettings(admin_key=ADMIN, api_key=GATEWAY_KEY)) as (url, _):
         _is_openai_error(httpx.post(f"{url}/sessions", json={}), 401, "invalid_api_key")
         _is_openai_error(httpx.post(f"{url}/sessions", json={}, headers=_bearer("wrong")), 401)
         _is_openai_error(httpx.post(f"{url}/v1/chat/completions", json=BODY), 401)
@@ -127,7 +128,8 @@ def test_gateway_api_key_guards_session_creation_and_unattributed_calls(tmp_path
 def test_keys_never_reach_the_log_or_the_store_in_clear(tmp_path, renderer, caplog):
     caplog.set_level(logging.DEBUG)
     db = tmp_path / "log.db"
-    with serve(db, backend=_backend(renderer), renderer=renderer, admin_key=ADMIN, api_key=GATEWAY_KEY) as (url, store):
+    with serve(db, backend=_backend(renderer), renderer=renderer,
+               auth=AuthSettings(admin_key=ADMIN, api_key=GATEWAY_KEY)) as (url, store):
         s = _session(url, _bearer(GATEWAY_KEY))
         key = s["api_key"]
         httpx.post(f"{s['base_url']}/chat/completions", json=BODY, headers=_bearer(key)).raise_for_status()
@@ -162,8 +164,8 @@ class _SlowBackend(InstantBackend):
 
 def test_concurrent_requests_per_key_are_capped_with_429(tmp_path, renderer):
     backend = _SlowBackend(renderer.tokenizer, "ok", model_name="policy", max_context=2048)
-    with serve(tmp_path / "c.db", backend=backend, renderer=renderer, admin_key=ADMIN,
-               max_concurrent_per_key=2) as (url, _):
+    with serve(tmp_path / "c.db", backend=backend, renderer=renderer,
+               auth=AuthSettings(admin_key=ADMIN, max_concurrent_per_key=2)) as (url, _):
         a, b = _session(url), _session(url)
         results: list[int] = []
 

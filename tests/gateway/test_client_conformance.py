@@ -13,6 +13,7 @@ import pytest
 import xgrammar as xgr
 from gateway_harness import serve
 
+from agentr1.engine import EngineOptions
 from agentr1.gateway.codecs.constraints import MAX_PARALLEL_CALLS, tool_call_grammar
 
 TOOL = {"type": "function", "function": {"name": "calculator", "parameters": {
@@ -23,7 +24,7 @@ ASK = [{"role": "user", "content": "what is 12*7?"}]
 @pytest.fixture(scope="module")
 def url(tiny_model_path, tmp_path_factory):
     with serve(tmp_path_factory.mktemp("conformance") / "c.db", model=str(tiny_model_path), accept_any_model=True,
-               device="cpu") as (gateway_url, _):
+               engine=EngineOptions(device="cpu")) as (gateway_url, _):
         yield gateway_url
 
 
@@ -122,7 +123,7 @@ def test_a_malformed_previous_response_id_is_a_bad_request(client):
 
 
 def test_an_oversized_anthropic_request_is_refused_in_anthropics_shape(tiny_model_path, tmp_path):
-    with serve(tmp_path / "s.db", model=str(tiny_model_path), accept_any_model=True, device="cpu",
+    with serve(tmp_path / "s.db", model=str(tiny_model_path), accept_any_model=True, engine=EngineOptions(device="cpu"),
                max_body_bytes=2048) as (url, _):
         with pytest.raises(anthropic.APIStatusError) as err:
             anthropic.Anthropic(base_url=url, api_key="x", max_retries=0).messages.create(

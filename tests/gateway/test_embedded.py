@@ -10,6 +10,7 @@ import pytest
 
 from agentr1.core import resolve_model
 from agentr1.core.rendering import load_renderer
+from agentr1.engine import EngineOptions
 from agentr1.gateway import EmbeddedGateway, GatewaySettings
 from agentr1.gateway.backends import LiteLLMBackend, LocalBackend, SGLangBackend, VLLMBackend, build_backend
 from agentr1.gateway.backends.instant import InstantBackend
@@ -57,8 +58,8 @@ def test_a_failed_start_raises_and_leaves_nothing_running(tmp_path):
 
 
 def test_build_backend_selects_by_settings(tiny_model_path):
-    local = build_backend(GatewaySettings(model=str(tiny_model_path), device="cpu", served_model_name="policy",
-                                          max_batch_size=3), policy_version=7)
+    local = build_backend(GatewaySettings(model=str(tiny_model_path), served_model_name="policy",
+                                          engine=EngineOptions(device="cpu", max_batch_size=3)), policy_version=7)
     assert isinstance(local, LocalBackend) and local.policy_version == 7 and local.model_name == "policy"
     urls = ["http://127.0.0.1:1"]
     assert isinstance(build_backend(GatewaySettings(model=str(tiny_model_path), backend="sglang", backend_urls=urls)),

@@ -16,10 +16,10 @@ from agentr1.engine import EngineOptions
 from agentr1.gateway import GatewaySettings
 from agentr1.gateway.backends import LocalBackend, local_backend
 
-FLAGS = ("--device", "cpu", "--engine-dtype", "float32", "--max-batch-size", "3", "--prefill-budget", "48",
-         "--no-engine-exact", "--engine-threads", "1", "--cache-gb", "0.25")
+FLAGS = ("--engine-device", "cpu", "--engine-dtype", "float32", "--engine-max-batch-size", "3",
+         "--engine-prefill-budget", "48", "--no-engine-exact", "--engine-threads", "1", "--engine-cache-gb", "0.25")
 EXPECTED = EngineOptions(device="cpu", dtype="float32", max_batch_size=3, prefill_budget=48, exact=False,
-                         num_threads=1, cache_bytes=2**28)
+                         threads=1, cache_gb=0.25)
 
 
 def settings_of(monkeypatch: Any, model: Path, *flags: str) -> GatewaySettings:
@@ -36,7 +36,7 @@ def settings_of(monkeypatch: Any, model: Path, *flags: str) -> GatewaySettings:
 
 def test_the_flags_become_one_options_object_that_the_engine_runs_with(monkeypatch, tiny_model_path):
     settings = settings_of(monkeypatch, tiny_model_path, *FLAGS)
-    assert settings.engine_options() == EXPECTED
+    assert settings.engine == EXPECTED
     backend = local_backend(settings)
     assert isinstance(backend, LocalBackend) and backend.engine.options == EXPECTED
     backend.engine.start()
@@ -50,7 +50,7 @@ def test_the_flags_become_one_options_object_that_the_engine_runs_with(monkeypat
 
 
 def test_the_defaults_are_the_engines_own(monkeypatch, tiny_model_path):
-    assert settings_of(monkeypatch, tiny_model_path).engine_options() == EngineOptions()
+    assert settings_of(monkeypatch, tiny_model_path).engine == EngineOptions()
 
 
 def test_an_engine_process_builds_its_engine_from_the_same_options(monkeypatch, tiny_model_path):

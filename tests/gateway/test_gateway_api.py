@@ -14,6 +14,7 @@ from gateway_harness import serve
 
 from agentr1.core.generation import BackendError
 from agentr1.core.rendering import load_renderer
+from agentr1.gateway import AuthSettings
 from agentr1.gateway.backends.instant import InstantBackend
 
 TOOL = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
@@ -35,7 +36,8 @@ def _reply(prompt_ids):  # a tool call first, then a final answer once a tool re
 def gateway(tmp_path, renderer):
     _reply.tok = renderer.tokenizer
     backend = InstantBackend(renderer.tokenizer, _reply, model_name="policy", max_context=2048)
-    with serve(tmp_path / "gw.db", backend=backend, renderer=renderer, admin_key="admin-secret") as (url, store):
+    with serve(tmp_path / "gw.db", backend=backend, renderer=renderer,
+               auth=AuthSettings(admin_key="admin-secret")) as (url, store):
         yield url, store, backend
 
 

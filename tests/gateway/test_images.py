@@ -18,7 +18,11 @@ from gateway_harness import serve
 from PIL import Image
 
 from agentr1.core.rendering import load_vision_renderer
+from agentr1.engine import EngineOptions
+from agentr1.gateway import ImageSettings
 from agentr1.store import IMAGE_REF_PREFIX, export_run
+
+ON_CPU = EngineOptions(device="cpu")
 
 
 def png(color: tuple[int, int, int], size: tuple[int, int]) -> bytes:
@@ -48,7 +52,7 @@ def plain_logprobs(model_path, prompt: list[int], action: list[int], pixels: dic
 def test_two_turn_conversation_with_images(tmp_path, tiny_vlm_path) -> None:
     renderer = load_vision_renderer(tiny_vlm_path)
     red, blue = png((220, 30, 30), (40, 24)), png((30, 30, 220), (64, 20))
-    with serve(tmp_path / "vlm.db", model=str(tiny_vlm_path), accept_any_model=True, device="cpu") as (url, store):
+    with serve(tmp_path / "vlm.db", model=str(tiny_vlm_path), accept_any_model=True, engine=ON_CPU) as (url, store):
         session = httpx.post(f"{url}/sessions", json={"run_id": "vlm"}).json()
         client = openai.OpenAI(base_url=session["base_url"], api_key=session["api_key"])
         messages = [user("What colour is this?", red)]
@@ -123,8 +127,8 @@ def fuzzed_parts(n: int = 12) -> list[dict]:
 
 
 def test_bad_images_are_a_400_in_openai_shape(tmp_path, tiny_vlm_path) -> None:
-    with serve(tmp_path / "bad.db", model=str(tiny_vlm_path), accept_any_model=True, device="cpu",
-               image_max_bytes=2000) as (url, store):
+    with serve(tmp_path / "bad.db", model=str(tiny_vlm_path), accept_any_model=True, engine=ON_CPU,
+               image=ImageSettings(max_bytes=2000)) as (url, store):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         for part, hint in BAD_PARTS:
             with pytest.raises(openai.BadRequestError) as caught:
@@ -173,7 +177,7 @@ def test_anthropic_image_blocks(tmp_path, tiny_vlm_path) -> None:
         return {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                             "data": base64.b64encode(data).decode()}}
 
-    with serve(tmp_path / "a.db", model=str(tiny_vlm_path), accept_any_model=True, device="cpu") as (url, store):
+    with serve(tmp_path / "a.db", model=str(tiny_vlm_path), accept_any_model=True, engine=ON_CPU) as (url, store):
         session = httpx.post(f"{url}/sessions", json={}).json()
         client = anthropic.Anthropic(base_url=f"{url}/sessions/{session['id']}", api_key=session["api_key"] or "x",
                                      max_retries=0)
@@ -202,7 +206,7 @@ def test_responses_input_image(tmp_path, tiny_vlm_path) -> None:
     ``previous_response_id``; a disallowed image is a 400."""
     renderer = load_vision_renderer(tiny_vlm_path)
     red, blue = png((220, 30, 30), (40, 24)), png((30, 30, 220), (64, 20))
-    with serve(tmp_path / "r.db", model=str(tiny_vlm_path), accept_any_model=True, device="cpu") as (url, store):
+    with serve(tmp_path / "r.db", model=str(tiny_vlm_path), accept_any_model=True, engine=ON_CPU) as (url, store):
         session = httpx.post(f"{url}/sessions", json={}).json()
         client = openai.OpenAI(base_url=session["base_url"], api_key=session["api_key"] or "x", max_retries=0)
         first = client.responses.create(model="m", max_output_tokens=6, input=[{"role": "user", "content": [

@@ -8,6 +8,7 @@ import pytest
 from gateway_harness import serve
 
 from agentr1.core.rendering import load_renderer
+from agentr1.gateway import AuthSettings
 from agentr1.gateway.backends.instant import InstantBackend
 from agentr1.gateway.schemas import MAX_SESSIONS_PER_REQUEST
 
@@ -19,8 +20,8 @@ BODY = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 def locked(tmp_path, smollm2_path):
     renderer = load_renderer(smollm2_path)
     backend = InstantBackend(renderer.tokenizer, "ok", model_name="policy", max_context=2048)
-    with serve(tmp_path / "gw.db", backend=backend, renderer=renderer, admin_key=ADMIN, api_key=GATEWAY_KEY,
-               run_keys={"run-a": RUN_KEY}) as (url, store):
+    with serve(tmp_path / "gw.db", backend=backend, renderer=renderer,
+               auth=AuthSettings(admin_key=ADMIN, api_key=GATEWAY_KEY, run_keys={"run-a": RUN_KEY})) as (url, store):
         yield url, store
 
 

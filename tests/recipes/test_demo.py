@@ -71,9 +71,9 @@ def test_the_demo_driver_runs_every_stage_and_summarizes_from_the_run(tmp_path, 
         assert summary[decoding]["before_episodes"]["sessions"] == summary[decoding]["after_episodes"]["sessions"] == 2
     assert summary["peak_rss_gb"] > 0 and summary["wall_s"] > 0
     # the RL stage's engine dtype: demo.yaml's bfloat16 where the CPU multiplies it in hardware
-    assert summary["engine_dtype"] == ("bfloat16" if cpu_has_bfloat16_matmuls() else "float32")
+    assert summary["dtype"] == ("bfloat16" if cpu_has_bfloat16_matmuls() else "float32")
     config = json.loads((out / "rl" / "config.json").read_text())
-    assert config["actor_rollout_ref"]["rollout"]["engine_dtype"] == summary["engine_dtype"]
+    assert config["actor_rollout_ref"]["rollout"]["engine"]["dtype"] == summary["dtype"]
     sft = [json.loads(line) for line in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     # every demonstration solved its chain (min_reward 1) and all three turns of each are trained on
     assert sft[0]["data/sessions_selected"] == 4 and sft[0]["data/steps_used"] == 12

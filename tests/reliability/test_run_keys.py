@@ -1,4 +1,4 @@
-"""Runs separated by key: a run key (``GatewaySettings.run_keys``) creates sessions in its own run only
+"""Runs separated by key: a run key (``GatewaySettings.auth.run_keys``) creates sessions in its own run only
 and acts on that run's sessions only. Each forbidden action is tried; the keys never reach the store."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from agentr1.core.rendering import load_renderer
 from agentr1.gateway.app import create_app
 from agentr1.gateway.backends.instant import InstantBackend
 from agentr1.gateway.server import BackgroundServer
-from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway.settings import AuthSettings, GatewaySettings
 from agentr1.store import TraceStore
 
 KEYS = {"run-a": "key-of-run-a-0123456789", "run-b": "key-of-run-b-0123456789"}
@@ -29,7 +29,8 @@ def gateway(tmp_path_factory, tiny_model_path):
     renderer = load_renderer(tiny_model_path)
     db = f"sqlite:///{tmp_path_factory.mktemp('runkeys') / 'gw.db'}"
     store = TraceStore.open(db)
-    app = create_app(GatewaySettings(model="tiny", db=db, accept_any_model=True, admin_key=ADMIN, run_keys=KEYS),
+    app = create_app(GatewaySettings(model="tiny", db=db, accept_any_model=True,
+                                     auth=AuthSettings(admin_key=ADMIN, run_keys=KEYS)),
                      store=store, backend=InstantBackend(renderer.tokenizer, "ok"), renderer=renderer)
     with BackgroundServer(app) as url:
         yield url, db

@@ -185,14 +185,14 @@ def test_rollout_reaches_a_gateway_with_access_control(tmp_path):
     from agentr1.gateway.app import create_app
     from agentr1.gateway.backends.instant import InstantBackend
     from agentr1.gateway.server import BackgroundServer
-    from agentr1.gateway.settings import GatewaySettings
+    from agentr1.gateway.settings import AuthSettings, GatewaySettings
     from agentr1.sdk.client import _config
     from agentr1.store import TraceStore
 
     renderer = load_renderer(ensure_smollm2())
     store = TraceStore.open(str(tmp_path / "locked.db"))
-    app = create_app(GatewaySettings(db=str(tmp_path / "locked.db"), accept_any_model=True, admin_key="adm",
-                                     api_key="gw-key"),
+    app = create_app(GatewaySettings(db=str(tmp_path / "locked.db"), accept_any_model=True,
+                                     auth=AuthSettings(admin_key="adm", api_key="gw-key")),
                      store=store, backend=InstantBackend(renderer.tokenizer, "ok", model_name="policy"),
                      renderer=renderer)
     saved = dict(_config)

@@ -18,7 +18,7 @@ EMULATED = "flags\t\t: fpu avx2 avx512f avx512bw\n"
 
 
 def _dtypes(job: JobConfig) -> tuple[str, str]:
-    return job.actor_rollout_ref.rollout.engine_dtype, job.actor_rollout_ref.actor.param_dtype
+    return job.actor_rollout_ref.rollout.engine.dtype, job.actor_rollout_ref.actor.param_dtype
 
 
 def test_a_bfloat16_job_runs_in_float32_only_where_the_cpu_would_emulate_bfloat16():

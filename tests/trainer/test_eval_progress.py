@@ -57,8 +57,8 @@ def test_scoring_as_episodes_end_gives_the_outcomes_of_scoring_at_the_end(tmp_pa
     live = asyncio.run(evaluate_checkpoint(job, None, protocol=protocol, run_id="live", progress_title="eval test"))
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("eval test")]
     at_end = asyncio.run(evaluate_checkpoint(job, None, protocol=protocol, run_id="end"))
-    assert job.actor_rollout_ref.rollout.engine_dtype == "auto"
-    assert live["split"] == "test" and live["engine_dtype"] == "float32"  # the dtype served: auto on the CPU
+    assert job.actor_rollout_ref.rollout.engine.dtype == "auto"
+    assert live["split"] == "test" and live["dtype"] == "float32"  # the dtype served: auto on the CPU
     for key in ("tasks_detail", "success", "reward", "success_greedy", "reward_greedy"):
         assert live[key] == at_end[key], key  # greedy and seeded samples: the same runs, scored either way
     assert lines[0].startswith("eval test greedy: 1/8 episodes") and " left" in lines[0]

@@ -1,5 +1,5 @@
 """A greedy evaluation gives the same episodes every time it runs on the same machine: the laptop demo's job
-(examples/chains/demo.yaml, bfloat16 where the CPU multiplies it, the job's own engine_exact false) on a few test
+(examples/chains/demo.yaml, bfloat16 where the CPU multiplies it, the job's own engine.exact false) on a few test
 chains with the real SmolLM2, once with one episode at a time on one engine thread, once with every episode at once
 on two, gives the same outcome for every task and the same action ids and log-probabilities, bit for bit, at every
 stored step (docs/evaluation.md, reproducibility). The untrained model answers the chains without calling the
@@ -42,12 +42,12 @@ def _greedy_eval(tmp_path: Path, model: Path, run_id: str, *, concurrency: int) 
 def test_the_greedy_pass_gives_the_same_episodes_at_any_concurrency_and_thread_count(tmp_path: Path,
                                                                                      smollm2_path: Path,
                                                                                      monkeypatch) -> None:
-    monkeypatch.setenv("AGENTR1_ENGINE_THREADS", "1")  # GatewaySettings.engine_threads
+    monkeypatch.setenv("AGENTR1_ENGINE__THREADS", "1")  # GatewaySettings.engine.threads
     one, one_steps = _greedy_eval(tmp_path, smollm2_path, "one-at-a-time", concurrency=1)
-    monkeypatch.setenv("AGENTR1_ENGINE_THREADS", "2")
+    monkeypatch.setenv("AGENTR1_ENGINE__THREADS", "2")
     crowd, crowd_steps = _greedy_eval(tmp_path, smollm2_path, "all-at-once", concurrency=TASKS)
     assert one["reproducible"] and one["tasks"] == TASKS
-    assert one["engine_dtype"] == ("bfloat16" if cpu_has_bfloat16_matmuls() else "float32")  # the dtype served
+    assert one["dtype"] == ("bfloat16" if cpu_has_bfloat16_matmuls() else "float32")  # the dtype served
     assert sorted(len(steps) for steps in one_steps.values()) == [1, 1, 1, 3, 3, 3]
     assert crowd["tasks_detail"] == one["tasks_detail"]  # every task's greedy outcome
     assert crowd_steps == one_steps  # every step's action ids and log-probabilities, bit for bit

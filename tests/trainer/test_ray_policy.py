@@ -67,7 +67,7 @@ def test_one_update_through_ray_matches_the_local_policy(ray_policy, tiny_model_
     from agentr1.engine import EngineOptions
     from agentr1.gateway.backends import LocalBackend
 
-    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=2, num_threads=1))
+    backend = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=2, threads=1))
 
     async def sync() -> tuple[int, dict]:
         await backend.start()
@@ -95,7 +95,7 @@ def test_weights_reach_sglang_servers_through_update_weights_from_disk(ray_polic
     from agentr1.gateway.backends.sglang import SGLangBackend
     from agentr1.gateway.server import BackgroundServer
 
-    served_engine = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=2, num_threads=1))
+    served_engine = LocalBackend(tiny_model_path, EngineOptions(device="cpu", max_batch_size=2, threads=1))
     served_engine.engine.start()
     ray_policy.sync_dir = tmp_path / "weights"
     try:

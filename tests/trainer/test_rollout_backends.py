@@ -35,7 +35,7 @@ sys.path.insert(0, {backends!r})
 import uvicorn, fake_vllm
 from agentr1.engine import EngineOptions
 from agentr1.gateway.backends import LocalBackend
-engine = LocalBackend({model!r}, EngineOptions(device="cpu", max_batch_size=8, num_threads=1))
+engine = LocalBackend({model!r}, EngineOptions(device="cpu", max_batch_size=8, threads=1))
 engine.engine.start()
 uvicorn.run(fake_vllm.create_app(engine, model_path={model!r}), host="127.0.0.1", port={port}, log_level="warning")
 """
@@ -179,14 +179,16 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
     ({"name": "sglang", "launch": True, "launch_command": []}, "launch_command is empty"),
     ({"name": "sglang", "launch": True, "launch_servers": 0}, "greater than or equal to 1"),
     ({"name": "trtllm", "urls": ["http://a:1"]}, "'local', 'sglang' or 'vllm'"),
-    ({"name": "vllm", "urls": ["http://a:1"], "engine_compile": True},
-     "engine_compile is an option of the embedded engine \\(name local\\), not of the vllm servers"),
-    ({"prefill_budget": 8}, "greater than or equal to 16"),
-    ({"name": "sglang", "urls": ["http://a:1"], "engine_exact": False},
-     "engine_exact is an option of the embedded engine \\(name local\\), not of the sglang servers"),
-    ({"name": "vllm", "urls": ["http://a:1"], "engine_dtype": "bfloat16"},
-     "engine_dtype is an option of the embedded engine \\(name local\\), not of the vllm servers"),
-    ({"engine_dtype": "bf16"}, "'auto', 'float32', 'bfloat16' or 'float16'"),
+    ({"name": "vllm", "urls": ["http://a:1"], "engine": {"compile": True}},
+     "engine.compile is an option of the embedded engine \\(name local\\), not of the vllm servers"),
+    ({"engine": {"prefill_budget": 8}}, "greater than or equal to 16"),
+    ({"name": "sglang", "urls": ["http://a:1"], "engine": {"exact": False}},
+     "engine.exact is an option of the embedded engine \\(name local\\), not of the sglang servers"),
+    ({"name": "vllm", "urls": ["http://a:1"], "engine": {"dtype": "bfloat16"}},
+     "engine.dtype is an option of the embedded engine \\(name local\\), not of the vllm servers"),
+    ({"engine": {"dtype": "bf16"}}, "'auto', 'float32', 'bfloat16' or 'float16'"),
+    ({"engine": {"device": "cuda"}}, "engine.device \\(cuda\\) is trainer.device \\(cpu\\)"),
+    ({"engine": {"cache_gb": 0}}, "greater than 0"),
     ({"name": "vllm", "urls": ["http://a:1"], "weight_sync": "tensor"},
      "weight_sync tensor is for SGLang servers; the vllm rollout syncs through a directory"),
     ({"weight_sync": "tensor"}, "the local rollout syncs its engine in memory already"),
@@ -217,16 +219,19 @@ def test_offline_training_serves_nothing(tmp_path):
 
 
 def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path):
-    """rollout.engine_compile / prefill_budget / engine_exact / cache_gb / engine_dtype -> the job's gateway settings
+    """rollout.engine (compile, prefill_budget, exact, cache_gb, dtype) -> the job's gateway settings, as they are
     -> the engine the trainer serves."""
     from agentr1.gateway.backends import local_backend
     from agentr1.trainer.serving import gateway_settings
 
-    config = job(tmp_path, tiny_model_path, {"engine_compile": True, "prefill_budget": 64, "cache_gb": 0.25,
-                                             "engine_exact": False, "engine_dtype": "bfloat16"})
+    config = job(tmp_path, tiny_model_path, {"engine": {"compile": True, "prefill_budget": 64, "cache_gb": 0.25,
+                                                        "exact": False, "dtype": "bfloat16"}})
     settings = gateway_settings(config, model=tiny_model_path, run_id="r")
-    assert (settings.engine_compile, settings.prefill_budget, settings.cache_gb) == (True, 64, 0.25)
-    assert settings.engine_exact is False and settings.engine_dtype == "bfloat16"
+    assert settings.engine is config.actor_rollout_ref.rollout.engine  # the rollout's options, not a copy by hand
+    assert (settings.engine.compile, settings.engine.prefill_budget, settings.engine.cache_gb) == (True, 64, 0.25)
+    assert settings.engine.exact is False and settings.engine.dtype == "bfloat16"
+    # resolved at load: the trainer's device, a batch for every concurrent rollout (max_concurrency 2: 32)
+    assert (settings.engine.device, settings.engine.max_batch_size) == ("cpu", 32)
     backend = local_backend(settings)
     backend.engine.start()
     try:
@@ -247,8 +252,8 @@ def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path
         asyncio.run(plain.close())
 
 
-@pytest.mark.parametrize("rollout", [{}, {"name": "vllm", "urls": ["http://a:1"]}, {"engine_compile": True,
-                                                                                     "prefill_budget": 4096},
+@pytest.mark.parametrize("rollout", [{}, {"name": "vllm", "urls": ["http://a:1"]}, {"engine": {"compile": True,
+                                                                                                "prefill_budget": 4096}},
                                      {"name": "sglang", "launch": True, "launch_servers": 2, "launch_args": ["--tp", "2"]}])
 def test_rollout_configs_round_trip_through_their_dump(tmp_path, rollout):
     """config.json (the dump) loads again: defaults written out are not mistaken for options set."""

@@ -3,7 +3,7 @@
 On the job's test split by default (``--split test``: tasks held out from training and from choosing settings, the
 split for claims); ``--split val`` evaluates on the tasks settings are chosen on. The job's dtypes are fitted to this
 machine as ``agentr1 train`` fits them (``agentr1.cli.train.load_job``), so a checkpoint is served in the dtype its
-job trains in (the answer's ``engine_dtype`` names the dtype served). Progress (episodes done, success so far, elapsed,
+job trains in (the answer's ``dtype`` names the dtype served). Progress (episodes done, success so far, elapsed,
 time left) goes to stderr as episodes end. On the CPU the greedy pass is reproducible: the same checkpoint gives the
 same episodes every time on the same machine, whatever the load and concurrency (``--reproducible``, the default:
 ``agentr1.trainer.evaluate.reproducible_settings``).
@@ -53,7 +53,7 @@ def evaluate(
                                 "included, to this JSON file."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     reproducible: bool = typer.Option(True, "--reproducible/--job-engine", help="On the CPU, serve with the "
-                                      "engine's exact prefill (engine_exact), so that the greedy pass gives the same "
+                                      "engine's exact prefill (engine.exact), so that the greedy pass gives the same "
                                       "episodes every time on this machine, whatever runs beside it; --job-engine: the "
                                       "job's own engine settings (as its rollouts and validation run)."),
 ) -> None:

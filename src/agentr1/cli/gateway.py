@@ -2,7 +2,8 @@
 
 Its flags are the fields of :class:`agentr1.gateway.GatewaySettings` (derived by
 :func:`agentr1.cli.options.settings_command`: one declaration of each setting, its help and its
-default), plus ``--otlp-endpoint`` and ``--log-level``, which are this process's, not the gateway's."""
+default; a group's settings as group + field, ``--engine-dtype``, ``--launch-servers``), plus
+``--otlp-endpoint`` and ``--log-level``, which are this process's, not the gateway's."""
 
 from __future__ import annotations
 
@@ -17,13 +18,17 @@ from agentr1.cli.options import given, settings_command, settings_from
 
 __all__ = ["gateway"]
 
-# flags whose names are not the field's (kept from earlier releases; bools with their own negation)
+# flags whose names are not the setting's path (kept from earlier releases; bools with their own negation)
 FLAGS = {
     "backend_urls": "--backend-url",
-    "run_keys": "--run-key",
+    "auth.admin_key": "--admin-key",
+    "auth.api_key": "--api-key",
+    "auth.run_keys": "--run-key",
+    "auth.max_concurrent_per_key": "--max-concurrent-per-key",
     "auto_session": "--auto-session/--require-session",
-    "durable_writes": "--durable-writes/--fast-writes",
-    "launch_timeout_s": "--launch-timeout",
+    "write.durable": "--durable-writes/--fast-writes",
+    "launch.enabled": "--launch/--no-launch",
+    "launch.timeout_s": "--launch-timeout",
 }
 EXTRA = {
     "otlp_endpoint": (str | None, typer.Option(None, "--otlp-endpoint", envvar="AGENTR1_OTLP_ENDPOINT",
@@ -42,14 +47,14 @@ def gateway(**options: Any) -> None:
         typer.secho(f"error: the gateway needs `pip install 'agentr1[gateway]'` ({exc.name} missing)", fg="red", err=True)
         raise typer.Exit(2) from exc
     values = given(GatewaySettings, options)
-    if "run_keys" in values:
-        values["run_keys"] = _run_keys(values["run_keys"])
+    if "run_keys" in values.get("auth", {}):
+        values["auth"]["run_keys"] = _run_keys(values["auth"]["run_keys"])
     settings = settings_from(GatewaySettings, values, FLAGS)
-    if settings.launch and (settings.backend != "sglang" or settings.backend_urls):
+    if settings.launch.enabled and (settings.backend != "sglang" or settings.backend_urls):
         typer.secho("error: --launch starts SGLang servers: use it with --backend sglang and without --backend-url",
                     fg="red", err=True)
         raise typer.Exit(2)
-    if settings.backend in ("sglang", "vllm") and not settings.backend_urls and not settings.launch:
+    if settings.backend in ("sglang", "vllm") and not settings.backend_urls and not settings.launch.enabled:
         typer.secho(f"error: --backend {settings.backend} needs --backend-url (each server's address)", fg="red",
                     err=True)
         raise typer.Exit(2)
@@ -76,10 +81,10 @@ def gateway(**options: Any) -> None:
 
         configure_otlp(options["otlp_endpoint"])
     launcher = None
-    if settings.launch:  # uvicorn re-raises SIGTERM after its shutdown: end at `except` instead, servers stopped below
+    if settings.launch.enabled:  # uvicorn re-raises SIGTERM after its shutdown: end at `except` instead, servers stopped below
         signal.signal(signal.SIGTERM, _terminated)
     try:
-        if settings.launch:
+        if settings.launch.enabled:
             launcher = _launch(settings)
             settings = settings.model_copy(update={"backend_urls": launcher.urls})
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port,

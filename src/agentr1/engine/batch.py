@@ -126,7 +126,7 @@ class BatchEngine:
         self.length_step = LENGTH_STEP if gpu else CPU_LENGTH_STEP
         self.min_rows = CPU_MIN_ROWS if options.batch_invariant and not gpu else 1
         self.cache = SlotCache(model.config, self.device, self.dtype)
-        cache_bytes = options.cache_bytes
+        cache_bytes = options.cache_bound()
         if cache_bytes is None:
             cache_bytes = (torch.cuda.mem_get_info(self.device)[0] // 4) if gpu else 1 << 30
         self.slot_table = SlotTable(self.cache, max_slots=2 * self.max_batch_size, cache_bytes=cache_bytes,

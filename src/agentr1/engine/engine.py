@@ -10,7 +10,7 @@ rejected) and start after :meth:`Engine.resume`. :meth:`Engine.holding_new_rows`
 around a weight update, so each response is sampled by one policy version. A full queue (``max_queue``) or an
 engine that is not started answers :class:`~agentr1.core.BackendUnavailable`.
 
-Options (:class:`~.options.EngineOptions`). CPU threads: ``num_threads`` fixes the worker's torch threads; by
+Options (:class:`~.options.EngineOptions`). CPU threads: ``threads`` fixes the worker's torch threads; by
 default (None) the worker uses at most one per core that other work leaves free, counted again every second
 (``cpu_threads.py``; with torch's default 2 threads and one busy process on 2 cores the engine fell to 0.11-0.15x
 ``model.generate``, issue 41), and of those counts the one a decode-sized forward ran fastest on at start
@@ -19,7 +19,7 @@ default (None) the worker uses at most one per core that other work leaves free,
 
 The batch (``batch.py``) keeps every request in a slot of a static KV cache, samples all rows at once on the
 device, replays decode steps from CUDA graphs on a GPU (``cuda_graphs``) and reuses the cached prefixes of earlier
-prompts (``prefix_cache``; ``GenerateResult.cached_tokens`` says how many prompt tokens it served). ``cache_bytes``
+prompts (``prefix_cache``; ``GenerateResult.cached_tokens`` says how many prompt tokens it served). ``cache_gb``
 bounds the cache (idle prefixes are evicted first); ``exact`` (default: on the CPU) makes prefix reuse bit-exact;
 ``compile`` runs the decode step through ``torch.compile`` (fused kernels, then captured in the same CUDA graphs;
 two compilations with symbolic shapes, a minute or more of warm-up on a GPU); ``overlap`` (default: on a GPU) queues
@@ -129,7 +129,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._admission = AdmissionPolicy()
-        self._threads = CpuThreads(options.num_threads, choose=self.device.type == "cpu")
+        self._threads = CpuThreads(options.threads, choose=self.device.type == "cpu")
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -18,22 +18,34 @@ if TYPE_CHECKING:
     from agentr1.gateway.embedded import EmbeddedGateway
     from agentr1.gateway.errors import APIError, install_error_handlers
     from agentr1.gateway.server import BackgroundServer, free_port, uvicorn_options
-    from agentr1.gateway.settings import BackendName, GatewaySettings
+    from agentr1.gateway.settings import (
+        AuthSettings,
+        BackendName,
+        GatewaySettings,
+        ImageSettings,
+        LaunchSettings,
+        WriteSettings,
+    )
     from agentr1.gateway.shards import GatewayShards
     from agentr1.gateway.tracing import configure_otlp
 
-_MODULES = {"APIError": "errors", "BackendName": "settings", "BackgroundServer": "server",
+_MODULES = {"APIError": "errors", "AuthSettings": "settings", "BackendName": "settings", "BackgroundServer": "server",
             "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings", "GatewayShards": "shards",
             "branch_report": "branches", "build_policy": "context", "configure_otlp": "tracing", "create_app": "app",
-            "free_port": "server", "install_error_handlers": "errors", "uvicorn_options": "server"}
+            "free_port": "server", "install_error_handlers": "errors", "uvicorn_options": "server",
+            "ImageSettings": "settings", "LaunchSettings": "settings", "WriteSettings": "settings"}
 __all__ = [
     "APIError",
+    "AuthSettings",
     "BackendName",
     "BackgroundServer",
     "ContextPolicyError",
     "EmbeddedGateway",
     "GatewaySettings",
     "GatewayShards",
+    "ImageSettings",
+    "LaunchSettings",
+    "WriteSettings",
     "branch_report",
     "build_policy",
     "configure_otlp",

@@ -42,9 +42,9 @@ def _default_renderer(settings: GatewaySettings, backend: Backend, store: TraceS
         return None
     model = Path(settings.model).expanduser()
     if is_vlm_dir(model):  # a vision-language model (a local directory): its processor renders the images
-        policy = ImagePolicy(max_bytes=settings.image_max_bytes, max_pixels=settings.image_max_pixels,
-                             max_images=settings.image_max_count, allow_remote=settings.image_allow_remote,
-                             local_dirs=tuple(Path(d) for d in settings.image_local_dirs))
+        policy = ImagePolicy(max_bytes=settings.image.max_bytes, max_pixels=settings.image.max_pixels,
+                             max_images=settings.image.max_count, allow_remote=settings.image.allow_remote,
+                             local_dirs=tuple(Path(d) for d in settings.image.local_dirs))
         return load_vision_renderer(model, policy=policy, resolve_ref=store.images.get,
                                     tool_call_parser=settings.tool_call_parser)
     return load_renderer(tokenizer if tokenizer is not None else resolve_model(settings.model),
@@ -79,11 +79,11 @@ def create_app(
         # the engine's start and weight loads run on this loop's executor: its threads must not keep OpenMP pools
         # beside the engine's (agentr1.core.openmp)
         asyncio.get_running_loop().set_default_executor(OpenMPReleasingExecutor())
-        trace_store = store or TraceStore.open(settings.db, migrate=True, image_dir=settings.image_dir)
+        trace_store = store or TraceStore.open(settings.db, migrate=True, image_dir=settings.image.dir)
         model_backend = backend or build_backend(settings)
         await model_backend.start()
-        writer = StepWriter(trace_store, batch_size=settings.write_batch_size,
-                            interval_s=settings.write_interval_ms / 1000)
+        writer = StepWriter(trace_store, batch_size=settings.write.batch_size,
+                            interval_s=settings.write.interval_ms / 1000)
         await writer.start()
         if renderer is not None and settings.tool_call_parser is not None:
             from agentr1.core.rendering import use_tool_call_parser  # lazy, as above
@@ -123,8 +123,8 @@ def create_app(
     app.include_router(openai.router, prefix="/sessions/{session_id}/v1", tags=["openai (session in path)"])
     app.include_router(sessions.router)
     app.include_router(admin.router)
-    if settings.max_concurrent_per_key > 0:
-        app.add_middleware(KeyConcurrencyLimit, limit=settings.max_concurrent_per_key)
+    if settings.auth.max_concurrent_per_key > 0:
+        app.add_middleware(KeyConcurrencyLimit, limit=settings.auth.max_concurrent_per_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, metrics=metrics)
     app.add_middleware(UnhandledErrors)  # the last added: the outermost of ours, around the limits too
     return app

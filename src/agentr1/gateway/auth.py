@@ -57,13 +57,13 @@ def _same(given: str, expected: str | None) -> bool:
 
 def access_control_on(request: Request) -> bool:
     settings = request.app.state.gateway.settings
-    return bool(settings.admin_key or settings.api_key or settings.run_keys)
+    return bool(settings.auth.admin_key or settings.auth.api_key or settings.auth.run_keys)
 
 
 def run_of_key(request: Request) -> str | None:
     """The run a presented run key is confined to, if one is presented."""
     keys = presented_keys(request)
-    for run_id, expected in request.app.state.gateway.settings.run_keys.items():
+    for run_id, expected in request.app.state.gateway.settings.auth.run_keys.items():
         if any(_same(k, expected) for k in keys):
             return str(run_id)
     return None
@@ -81,7 +81,7 @@ def session_run(request: Request, asked: str | None) -> str | None:
 
 
 def require_admin(request: Request) -> None:
-    expected = request.app.state.gateway.settings.admin_key
+    expected = request.app.state.gateway.settings.auth.admin_key
     if not expected:
         raise APIError(403, "admin endpoints are disabled: start the gateway with --admin-key", code="admin_disabled")
     if not any(_same(k, expected) for k in presented_keys(request)):
@@ -91,9 +91,9 @@ def require_admin(request: Request) -> None:
 def require_gateway_key(request: Request) -> None:
     """Creating sessions and unattributed calls: the gateway-wide key or the admin key, when ``--api-key`` is set."""
     settings = request.app.state.gateway.settings
-    if not settings.api_key:
+    if not settings.auth.api_key:
         return
-    if any(_same(k, settings.api_key) or _same(k, settings.admin_key) for k in presented_keys(request)):
+    if any(_same(k, settings.auth.api_key) or _same(k, settings.auth.admin_key) for k in presented_keys(request)):
         return
     raise APIError(401, "this gateway needs its API key (Authorization: Bearer <key>) or a session key",
                    code="invalid_api_key")
@@ -106,7 +106,7 @@ async def require_session_access(request: Request, session_id: str, also: str | 
         return
     gw = request.app.state.gateway
     keys = presented_keys(request) + ([also] if also else [])
-    if any(_same(k, gw.settings.admin_key) for k in keys):
+    if any(_same(k, gw.settings.auth.admin_key) for k in keys):
         return
     run = run_of_key(request)
     if run is not None:

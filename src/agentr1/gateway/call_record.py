@@ -101,7 +101,7 @@ def remember_choices(call: RecordedCall, history: CallHistory, choices: list[Cho
 async def persist(gw: Gateway, steps: list[StepRecord], feedback: FeedbackRecord | None = None) -> None:
     """Hand the steps to the writer; with durable writes, return only once they are committed."""
     futures = [gw.writer.submit(step, feedback if i == 0 else None) for i, step in enumerate(steps)]
-    if gw.settings.durable_writes:
+    if gw.settings.write.durable:
         try:
             await asyncio.gather(*futures)
         except Exception as exc:

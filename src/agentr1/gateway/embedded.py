@@ -4,7 +4,7 @@ The trainer's rollouts, ``agentr1 eval`` and the SFT demonstration replay each n
 (the agent talks to it over HTTP with its own client) backed by a backend this process holds. This
 is that gateway: ``settings`` (:class:`~agentr1.gateway.GatewaySettings`, the same model as
 ``agentr1 gateway``'s flags) select the backend through :func:`~agentr1.gateway.backends.build_backend`
-unless one is given, ``settings.launch`` first starts and supervises SGLang servers
+unless one is given, ``settings.launch.enabled`` first starts and supervises SGLang servers
 (:func:`~agentr1.gateway.backends.launch_servers`), and the app runs under uvicorn on a free
 loopback port in a background thread (:class:`~agentr1.gateway.BackgroundServer`)::
 
@@ -67,11 +67,11 @@ class EmbeddedGateway:
         self.url = ""
 
     def start(self) -> EmbeddedGateway:
-        """Launch the servers (``settings.launch``), build the backend, serve; returns ``self`` once the
+        """Launch the servers (``settings.launch.enabled``), build the backend, serve; returns ``self`` once the
         gateway answers ``/ready``. On failure, what was started is stopped again."""
         settings = self.settings
         try:
-            if settings.launch:
+            if settings.launch.enabled:
                 self.launcher = launch_servers(settings)
                 atexit.register(self.launcher.stop)  # servers run in their own sessions: never leave them behind
                 settings = self.settings = settings.model_copy(update={"backend_urls": self.launcher.urls})

@@ -4,11 +4,11 @@ Each answered call hands its step (and the feedback e_t of the step before it) t
 The writer commits whatever has queued up in one transaction, so 64 concurrent calls cost one
 commit, not 64. Durability contract:
 
-- ``durable_writes=True`` (default): the gateway answers a call only after the transaction that
+- ``write.durable`` on (default): the gateway answers a call only after the transaction that
   holds its step has committed. An answered call is a stored step, even if the gateway is killed
   right after. If the commit fails, the agent gets an error instead of an answer.
-- ``durable_writes=False``: the answer goes out first; the step commits within
-  the next commit (plus ``write_interval_ms``). A crash in that window loses those steps; the
+- ``write.durable`` off: the answer goes out first; the step commits within
+  the next commit (plus ``write.interval_ms``). A crash in that window loses those steps; the
   steps the writer could not commit are logged with their session ids.
 
 Graceful shutdown always flushes the queue.

@@ -14,10 +14,12 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentr1.gateway import GatewaySettings
+from agentr1.engine import EngineOptions
+from agentr1.gateway import LaunchSettings
 
 __all__ = [
     "DEFAULT_LAYOUT",
+    "RENAMED_ENGINE_KEYS",
     "RUBRIC_FIELDS",
     "ActorConfig",
     "ActorRolloutRefConfig",
@@ -63,9 +65,9 @@ def load_yaml(path: str | Path, overrides: list[str] | None = None) -> dict[str,
     return raw
 
 
-def _gateway_default(name: str) -> Any:
-    """The default of the gateway setting ``name`` (one source for options the trainer passes on)."""
-    return GatewaySettings.model_fields[name].default
+def _launch_default(name: str) -> Any:
+    """The default of the gateway's launch setting ``name`` (one source for options the trainer passes on)."""
+    return LaunchSettings.model_fields[name].default
 
 
 class _Strict(BaseModel):
@@ -263,6 +265,14 @@ class ValidationSampling(_Strict):
         return self
 
 
+# the engine options a job resolves itself for whichever backend (agentr1 eval serves any job's checkpoint on the
+# embedded engine): the device is trainer.device, the batch holds max_concurrency rows unless given
+TRAINER_ENGINE_KEYS = frozenset({"device", "max_batch_size"})
+# the embedded engine's options that the rollout config named flat earlier -> their key under `engine`
+RENAMED_ENGINE_KEYS = {"engine_compile": "engine.compile", "prefill_budget": "engine.prefill_budget",
+                       "engine_exact": "engine.exact", "cache_gb": "engine.cache_gb", "engine_dtype": "engine.dtype"}
+
+
 class RolloutConfig(_Strict):
     """Sampling, and where it runs (verl's ``rollout.name``): the embedded engine (``local``) or
     SGLang / vLLM servers behind the trainer's gateway, either running ones (``urls``) or, for
@@ -293,26 +303,21 @@ class RolloutConfig(_Strict):
     tool_call_parser: str | None = None
     urls: list[str] = Field(default_factory=list)  # running servers' base URLs (name sglang or vllm)
     launch: bool = False  # name sglang: start the servers here for actor_rollout_ref.model
-    # the launch_* defaults are the gateway's (GatewaySettings.launch_*: the trainer's gateway launches)
-    launch_servers: int = Field(_gateway_default("launch_servers"), ge=1)
-    launch_port: int = Field(_gateway_default("launch_port"), gt=0, le=65535)  # the first server's port (then +1, ...)
+    # the launch_* defaults are the gateway's (GatewaySettings.launch: the trainer's gateway launches)
+    launch_servers: int = Field(_launch_default("servers"), ge=1)
+    launch_port: int = Field(_launch_default("port"), gt=0, le=65535)  # the first server's port (then +1, ...)
     launch_args: list[str] = Field(default_factory=list)  # more sglang.launch_server flags, e.g. ["--tp", "2"]
     launch_command: list[str] | None = None  # None: $AGENTR1_SGLANG_LAUNCH_COMMAND, else python -m sglang.launch_server
-    launch_timeout_s: float = Field(_gateway_default("launch_timeout_s"), gt=0)  # seconds a server may take to be healthy
+    launch_timeout_s: float = Field(_launch_default("timeout_s"), gt=0)  # seconds a server may take to be healthy
     # name sglang: how the policy's weights reach the servers after each update. tensor: from memory
     # (/update_weights_from_tensor: CUDA IPC handles, no file; servers on this machine with one tensor-parallel
     # rank); disk: a HF directory they load (/update_weights_from_disk; any server that can read the path).
     # auto: tensor for servers this job launched or at a loopback address, else disk. vLLM always loads from disk
     weight_sync: Literal["auto", "tensor", "disk"] = "auto"
-    # name local: the embedded engine's options (GatewaySettings.engine_compile / prefill_budget / engine_exact /
-    # cache_gb / engine_dtype)
-    engine_compile: bool = False  # torch.compile the decode step (GPU: faster steps after minutes of compiling)
-    prefill_budget: int | None = Field(None, ge=16)  # prompt tokens per prefill forward (None: the engine's default)
-    engine_exact: bool | None = None  # bit-exact prefix reuse, one 16-token chunk per prefill forward (None: on the CPU)
-    cache_gb: float | None = Field(None, gt=0)  # GiB of KV cache (None: a quarter of the free GPU memory; 1 on the CPU)
-    # the engine's weights and KV cache (auto: bfloat16 on a GPU, float32 on the CPU); bfloat16 on a CPU with
-    # AVX-512 BF16 / AMX: 2.5-3x faster matrix products, log-probs with bfloat16's rounding (as on a GPU)
-    engine_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # name local (and agentr1 eval): the embedded engine's options, the model of `agentr1 gateway --engine-*`
+    # (GatewaySettings.engine), handed to the trainer's gateway as they are. Resolved at load (TRAINER_ENGINE_KEYS):
+    # engine.device is trainer.device; engine.max_batch_size, unless given, holds every concurrent rollout
+    engine: EngineOptions = Field(default_factory=EngineOptions)
 
     @property
     def tensor_sync(self) -> bool:
@@ -337,16 +342,28 @@ class RolloutConfig(_Strict):
             get_tool_call_parser(name)
         return name
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_keys_renamed(cls, data: Any) -> Any:
+        renamed = sorted(set(data) & RENAMED_ENGINE_KEYS.keys()) if isinstance(data, dict) else []
+        if renamed:
+            raise ValueError(f"actor_rollout_ref.rollout.{renamed[0]} is now "
+                             f"actor_rollout_ref.rollout.{RENAMED_ENGINE_KEYS[renamed[0]]}: rename the key")
+        return data
+
     @model_validator(mode="after")
     def _servers(self) -> RolloutConfig:
         launch_options = sorted(k for k, f in type(self).model_fields.items()  # not at their defaults
                                 if k.startswith("launch_") and getattr(self, k) != f.get_default(call_default_factory=True))
-        engine_options = [k for k in ("engine_compile", "prefill_budget", "engine_exact", "cache_gb", "engine_dtype",
-                                      "gateway_processes")
-                          if getattr(self, k) != type(self).model_fields[k].default]
+        defaults = EngineOptions()
+        engine_options = [f"engine.{k}" for k in type(self.engine).model_fields
+                          if k not in TRAINER_ENGINE_KEYS and getattr(self.engine, k) != getattr(defaults, k)]
+        engine_options += ["gateway_processes"] if self.gateway_processes is not None else []
         if engine_options and self.name != "local":
             raise ValueError(f"actor_rollout_ref.rollout.{engine_options[0]} is an option of the embedded engine "
                              f"(name local), not of the {self.name} servers")
+        if "max_batch_size" not in self.engine.model_fields_set:  # one decode batch holds every concurrent rollout
+            self.engine = self.engine.model_copy(update={"max_batch_size": max(32, self.max_concurrency)})
         if self.name == "local":
             if self.urls or self.launch:
                 raise ValueError("actor_rollout_ref.rollout.urls / launch are for SGLang or vLLM servers: "
@@ -504,6 +521,7 @@ class JobConfig(_Strict):
         if self.offline is not None and self.actor_rollout_ref.rollout.name != "local":
             raise ValueError("`offline` trains on stored sessions and serves nothing: leave "
                              "actor_rollout_ref.rollout.name at local")
+        self._engine_on_trainer_device()
         if self.trainer.mode == "async":
             if self.offline is not None:
                 raise ValueError("trainer.mode 'async' overlaps rollouts with updates: it needs `agent`, not `offline`")
@@ -511,6 +529,14 @@ class JobConfig(_Strict):
                 raise ValueError("trainer.mode 'async' needs actor_rollout_ref.rollout.max_staleness >= 1: with 0, "
                                  "every group still running during an update would be dropped")
         return self
+
+    def _engine_on_trainer_device(self) -> None:
+        """The embedded engine runs where the policy does: ``trainer.device`` (one setting, not two)."""
+        rollout = self.actor_rollout_ref.rollout
+        if "device" in rollout.engine.model_fields_set and rollout.engine.device != self.trainer.device:
+            raise ValueError(f"actor_rollout_ref.rollout.engine.device ({rollout.engine.device}) is trainer.device "
+                             f"({self.trainer.device}) in a training job: set trainer.device")
+        rollout.engine = rollout.engine.model_copy(update={"device": self.trainer.device})
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> JobConfig:

@@ -1,6 +1,6 @@
 """bfloat16 on the CPU only where the CPU multiplies it in hardware.
 
-A job may ask for bfloat16 (``actor_rollout_ref.rollout.engine_dtype: bfloat16``, ``actor.param_dtype: bf16``, as
+A job may ask for bfloat16 (``actor_rollout_ref.rollout.engine.dtype: bfloat16``, ``actor.param_dtype: bf16``, as
 the laptop demo's ``demo.yaml`` does): on a CPU with AVX-512 BF16 or AMX its matrix products run 2.5-3x faster than
 float32; on any other CPU bfloat16 is emulated, slower than float32. :func:`fit_dtypes_to_cpu` turns such a job's
 bfloat16 into float32 there, and ``agentr1 train`` and ``agentr1 eval`` both load jobs through it
@@ -45,14 +45,14 @@ def fit_dtypes_to_cpu(job: JobConfig, *, cpuinfo: str | None = None) -> JobConfi
     """``job``, or a copy with its bfloat16 engine and update in float32 when the job runs on a CPU without bfloat16
     matrix products (:func:`cpu_has_bfloat16_matmuls`; ``cpuinfo``: that CPU's ``/proc/cpuinfo`` text)."""
     rollout, actor = job.actor_rollout_ref.rollout, job.actor_rollout_ref.actor
-    asks = rollout.engine_dtype == "bfloat16" or actor.param_dtype == "bf16"
+    asks = rollout.engine.dtype == "bfloat16" or actor.param_dtype == "bf16"
     if not asks or not runs_on_cpu(job.trainer.device) or cpu_has_bfloat16_matmuls(cpuinfo):
         return job
     log.warning("this CPU has no bfloat16 matrix products (AVX-512 BF16 / AMX): the job's bfloat16 engine and update "
                 "run in float32 (emulated bfloat16 is slower)")
     fitted = job.model_copy(deep=True)
-    if rollout.engine_dtype == "bfloat16":
-        fitted.actor_rollout_ref.rollout.engine_dtype = "float32"
+    if rollout.engine.dtype == "bfloat16":
+        fitted.actor_rollout_ref.rollout.engine = rollout.engine.model_copy(update={"dtype": "float32"})
     if actor.param_dtype == "bf16":
         fitted.actor_rollout_ref.actor.param_dtype = "fp32"
     return fitted

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentr1.core import resolve_model
-from agentr1.gateway import EmbeddedGateway, GatewaySettings
+from agentr1.gateway import EmbeddedGateway, GatewaySettings, LaunchSettings
 from agentr1.sdk import configure
 from agentr1.store import SessionRecord, TraceStore
 from agentr1.trainer.agent_session import use_session_threads
@@ -126,27 +126,28 @@ def _final_reply(session: SessionRecord) -> str | None:
 
 def _serve_checkpoint(job: JobConfig, checkpoint: str | None, run_id: str, *, reproducible: bool
                       ) -> tuple[Any, GatewaySettings]:
-    """The checkpoint on the embedded engine, with the job's engine options (``rollout.engine_dtype``, ...): an
+    """The checkpoint on the embedded engine, with the job's engine options (``rollout.engine``): an
     evaluation is served as the job's rollouts are, whichever backend the job trains with; ``reproducible``: on the
     CPU with the engine's exact prefill whatever the job says (:func:`reproducible_settings`)."""
     from agentr1.trainer.serving import gateway_settings
 
     model = resolve_model(checkpoint or job.actor_rollout_ref.model)
     settings = gateway_settings(job, model=model, run_id=run_id).model_copy(update={
-        "backend": "local", "backend_urls": [], "launch": False, "served_model_name": "policy"})
+        "backend": "local", "backend_urls": [], "launch": LaunchSettings(), "served_model_name": "policy"})
     return model, reproducible_settings(settings) if reproducible else settings
 
 
 def reproducible_settings(settings: GatewaySettings) -> GatewaySettings:
     """``settings`` for an evaluation whose greedy pass gives the same episodes every time on this machine. On the CPU
-    the embedded engine runs batch-invariant (``engine_batch_invariant``: a call's bits do not depend on which other
-    calls share its decode steps) and prefills in exact mode (``engine_exact``: a prompt's keys and values are the
+    the embedded engine runs batch-invariant (``engine.batch_invariant``: a call's bits do not depend on which other
+    calls share its decode steps) and prefills in exact mode (``engine.exact``: a prompt's keys and values are the
     same bits whether it was prefilled whole, in pieces or reused from another session's cached prefix; otherwise
     which prefixes are cached, and so a call's bits, depends on the order the episodes' calls came in). The thread
     count changes no bits (``agentr1.engine.sampling.logsumexp_rows``). On a GPU the job's settings stay: cuBLAS sums
     in orders that change with the batch, and no setting makes its results independent of the rows beside them."""
-    if runs_on_cpu(settings.device):
-        return settings.model_copy(update={"engine_exact": True, "engine_batch_invariant": True})
+    if runs_on_cpu(settings.engine.device):
+        engine = settings.engine.model_copy(update={"exact": True, "batch_invariant": True})
+        return settings.model_copy(update={"engine": engine})
     return settings
 
 
@@ -155,8 +156,8 @@ def _served_on(gateway: EmbeddedGateway, settings: GatewaySettings) -> tuple[str
     GPU; a GPU where there is one)."""
     engine = getattr(gateway.backend, "engine", None)
     dtype, device = getattr(engine, "dtype", None), getattr(engine, "device", None)
-    return (settings.engine_dtype if dtype is None else str(dtype).removeprefix("torch."),
-            settings.device if device is None else str(device))
+    return (settings.engine.dtype if dtype is None else str(dtype).removeprefix("torch."),
+            settings.engine.device if device is None else str(device))
 
 
 async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "test",
@@ -200,7 +201,7 @@ async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: 
         if progress is not None:
             progress.close()
     answer: dict[str, Any] = {"model": str(model), "run_id": run_id, "split": split, "tasks": len(tasks),
-                              "engine_dtype": dtype, "device": device,
+                              "dtype": dtype, "device": device,
                               "reproducible": reproducible and runs_on_cpu(device),
                               "protocol": protocol.model_dump()}
     if run.sampled is not None:

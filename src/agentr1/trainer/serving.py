@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from agentr1.gateway import EmbeddedGateway, GatewaySettings, GatewayShards
+from agentr1.gateway import EmbeddedGateway, GatewaySettings, GatewayShards, LaunchSettings
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
 
@@ -150,22 +150,19 @@ class Serving:
 def gateway_settings(cfg: JobConfig, *, model: Path | str, run_id: str, log_dir: Path | None = None
                      ) -> GatewaySettings:
     """The embedded gateway's settings for a job: ``model`` served by the backend
-    ``actor_rollout_ref.rollout`` selects (the rollout's ``launch_*`` fields are the gateway's)."""
+    ``actor_rollout_ref.rollout`` selects, its embedded engine on the rollout's ``engine`` options as they are
+    (the rollout's ``launch_*`` fields are the gateway's ``launch`` group)."""
     rollout = cfg.actor_rollout_ref.rollout
     local = rollout.name == "local"
-    launch = {"launch": True, "launch_servers": rollout.launch_servers, "launch_port": rollout.launch_port,
-              "launch_args": shlex.join(rollout.launch_args), "launch_timeout_s": rollout.launch_timeout_s,
-              "launch_log_dir": None if log_dir is None else str(log_dir),
-              **({"launch_command": shlex.join(rollout.launch_command)} if rollout.launch_command else {})
-              } if rollout.launch else {}
-    # one decode batch can hold every concurrent rollout (a GPU's throughput grows with the batch)
+    launch = LaunchSettings(enabled=True, servers=rollout.launch_servers, port=rollout.launch_port,
+                            args=shlex.join(rollout.launch_args), timeout_s=rollout.launch_timeout_s,
+                            log_dir=None if log_dir is None else str(log_dir),
+                            **({"command": shlex.join(rollout.launch_command)} if rollout.launch_command else {})
+                            ) if rollout.launch else LaunchSettings()
     return GatewaySettings(db=cfg.db, accept_any_model=True, default_run=run_id, model=str(model),
-                           backend=rollout.name, backend_urls=list(rollout.urls), device=cfg.trainer.device,
+                           backend=rollout.name, backend_urls=list(rollout.urls), engine=rollout.engine,
                            served_model_name="policy" if local else None,
-                           max_batch_size=max(32, rollout.max_concurrency), engine_compile=rollout.engine_compile,
-                           prefill_budget=rollout.prefill_budget, engine_exact=rollout.engine_exact,
-                           cache_gb=rollout.cache_gb, engine_dtype=rollout.engine_dtype,
-                           tool_call_parser=rollout.tool_call_parser, **launch)
+                           tool_call_parser=rollout.tool_call_parser, launch=launch)
 
 
 def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_from: Path, *, run_id: str,
@@ -185,7 +182,7 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
         # lazy: the embedded engine's torch stack, only for a local backend
         from agentr1.gateway.backends import local_backend
 
-        separate = engine_in_process(settings.device) if engine_process is None else engine_process
+        separate = engine_in_process(settings.engine.device) if engine_process is None else engine_process
         shards = cfg.actor_rollout_ref.rollout.gateway_processes or default_gateway_processes(separate)
         if shards > 1 and not separate:
             log.info("rollout.gateway_processes=%d: the engine runs in a process of its own, shared by them", shards)

@@ -19,7 +19,7 @@ __all__ = ["build_backend", "local_backend"]
 def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Backend:
     """The backend ``settings`` select, not started yet:
 
-    - ``local``: the embedded engine on ``settings.model`` (``device``, ``max_batch_size``), serving
+    - ``local``: the embedded engine on ``settings.model`` (``settings.engine``), serving
       ``policy_version`` until weights arrive;
     - ``sglang`` / ``vllm``: the servers at ``backend_urls``, rendering with the tokenizer of
       ``settings.model`` (a local HF directory of the served model, or ``smollm2``); they report
@@ -54,10 +54,10 @@ def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Back
 def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_process: bool = False,
                   engine_address: Any = None) -> Any:
     """The embedded engine (:class:`~.local.LocalBackend`) on ``settings.model`` with the settings' engine
-    options (``settings.engine_options()``), not started yet; ``engine_address``: sharing another backend's engine
+    options (``settings.engine``), not started yet; ``engine_address``: sharing another backend's engine
     process (its ``engine_address``) instead of loading the model."""
 
     from .local import LocalBackend
 
-    return LocalBackend(resolve_model(settings.model), settings.engine_options(), model_name=settings.served_model_name,
+    return LocalBackend(resolve_model(settings.model), settings.engine, model_name=settings.served_model_name,
                         policy_version=policy_version, engine_process=engine_process, engine_address=engine_address)

@@ -44,7 +44,7 @@ from pathlib import Path
 import httpx
 
 from agentr1.core import resolve_model
-from agentr1.gateway.settings import GatewaySettings
+from agentr1.gateway.settings import GatewaySettings, LaunchSettings
 
 __all__ = ["DEFAULT_COMMAND", "LaunchError", "LaunchSpec", "SGLangLauncher", "launch_servers", "parse_command"]
 
@@ -65,14 +65,14 @@ class LaunchSpec:
     ``--mem-fraction-static 0.7``, ...), passed as they are."""
 
     model_path: str
-    servers: int = GatewaySettings.model_fields["launch_servers"].default
+    servers: int = LaunchSettings.model_fields["servers"].default
     host: str = "127.0.0.1"
-    base_port: int = GatewaySettings.model_fields["launch_port"].default
+    base_port: int = LaunchSettings.model_fields["port"].default
     gpus_per_server: int | None = None  # None: the --tp / --tp-size in extra_args, else 1
     extra_args: Sequence[str] = ()
     command: Sequence[str] = DEFAULT_COMMAND
     log_dir: str | None = None
-    startup_timeout_s: float = GatewaySettings.model_fields["launch_timeout_s"].default
+    startup_timeout_s: float = LaunchSettings.model_fields["timeout_s"].default
     max_restarts: int = 3
     backoff_s: float = 2.0
     stop_timeout_s: float = 20.0
@@ -113,16 +113,16 @@ def parse_command(text: str | None) -> tuple[str, ...]:
 
 def launch_servers(settings: GatewaySettings, *, on_give_up: Callable[[LaunchError], None] | None = None
                    ) -> SGLangLauncher:
-    """Start the SGLang servers ``settings.launch_*`` describe for ``settings.model`` and wait until they
+    """Start the SGLang servers ``settings.launch`` describes for ``settings.model`` and wait until they
     are healthy (``agentr1 gateway --launch`` and the trainer's ``rollout.launch`` both come here).
     Raises :class:`LaunchError` (a server failed) or ``ValueError`` (a bad option)."""
 
     if settings.backend != "sglang":
         raise ValueError(f"launch starts SGLang servers: it needs backend sglang, not {settings.backend!r}")
-    spec = LaunchSpec(model_path=str(resolve_model(settings.model)), servers=settings.launch_servers,
-                      base_port=settings.launch_port, extra_args=shlex.split(settings.launch_args),
-                      command=parse_command(settings.launch_command), log_dir=settings.launch_log_dir,
-                      startup_timeout_s=settings.launch_timeout_s)
+    spec = LaunchSpec(model_path=str(resolve_model(settings.model)), servers=settings.launch.servers,
+                      base_port=settings.launch.port, extra_args=shlex.split(settings.launch.args),
+                      command=parse_command(settings.launch.command), log_dir=settings.launch.log_dir,
+                      startup_timeout_s=settings.launch.timeout_s)
     launcher = SGLangLauncher(spec, on_give_up=on_give_up)
     launcher.start()
     return launcher

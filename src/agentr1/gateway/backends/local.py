@@ -5,7 +5,7 @@ This is the engine's adapter, as ``sglang.py`` and ``vllm.py`` are the servers' 
 against the model, hands it to the engine as a row whose sink (``_sink.py``) delivers the tokens to the calling
 event loop through ``loop.call_soon_threadsafe`` (so any number of event loops may use one backend), and runs the
 engine's blocking calls off the loop. How the engine runs is one :class:`~agentr1.engine.EngineOptions`
-(``GatewaySettings.engine_options()``), handed to the engine unchanged.
+(``GatewaySettings.engine``, the trainer's ``rollout.engine``), handed to the engine unchanged.
 
 Pausing: :meth:`LocalBackend.pause` stops admitting requests and returns once the requests in flight have finished;
 requests that arrive while paused wait in the queue (they are not rejected) and start after
