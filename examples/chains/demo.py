@@ -42,7 +42,8 @@ from typing import Any
 
 from agentr1.trainer.cpu_dtypes import cpu_has_bfloat16_matmuls
 
-__all__ = ["children_cpu_s", "cpu_has_bfloat16_matmuls", "latest_checkpoint", "main", "run_stage", "summarize"]
+__all__ = ["children_cpu_s", "cpu_has_bfloat16_matmuls", "latest_checkpoint", "main", "run_stage", "summarize",
+           "task_outcomes"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = "examples/chains/demo.yaml"
@@ -102,6 +103,18 @@ def _episode_stats(db_path: Path, step: str, decoding: str) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def task_outcomes(db: str, step: int, decoding: str) -> dict[str, float]:
+    """Each held-out task's outcome reward in one evaluation pass (``greedy`` or ``sampled``) of the RL run's
+    evaluation at ``step``: the raw per-task record behind the before -> after numbers."""
+    from agentr1.store import TraceStore  # lazy: the stages run in child processes, this one only summarises
+
+    with TraceStore.open(db) as store:
+        run_id = next(r.id for r in store.list_runs(limit=10_000) if r.id.endswith("-eval"))
+        marker = f"/step{step}/{decoding}/"
+        return {str(s.task_id): float(s.reward or 0.0) for s in store.list_sessions(run_id, limit=1_000_000)
+                if marker in (s.group_id or "")}
+
+
 def summarize(out: Path) -> dict[str, Any]:
     """before -> after, greedy and sampled, from the RL run's metrics and its evaluation episodes in the store."""
     history = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -113,7 +126,9 @@ def summarize(out: Path) -> dict[str, Any]:
             summary[decoding] = {
                 "before": first[key], "after": last[key],
                 "before_episodes": _episode_stats(out / "traces.db", str(first["step"]), decoding),
-                "after_episodes": _episode_stats(out / "traces.db", str(last["step"]), decoding)}
+                "after_episodes": _episode_stats(out / "traces.db", str(last["step"]), decoding),
+                "per_task": {"before": task_outcomes(f"sqlite:///{out / 'traces.db'}", first["step"], decoding),
+                             "after": task_outcomes(f"sqlite:///{out / 'traces.db'}", last["step"], decoding)}}
     protocol = [k for k in last if k.startswith("val-core/") and "/ci_" not in k]
     summary["protocol_before"] = {k: first[k] for k in protocol if k in first}
     summary["protocol_after"] = {k: last[k] for k in protocol}

@@ -57,15 +57,25 @@ def test_the_demo_raises_greedy_and_sampled_success_within_the_laptop_budget(tmp
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_demo_driver_runs_every_stage_and_summarizes_from_the_run(tmp_path, tiny_model_path):
-    """The same driver at toy size with a tiny random model: the wiring, not the learning."""
-    out = tmp_path / "demo"
+    """The same driver at toy size with a tiny random model, through the repeated-runs report: the wiring, not the
+    learning."""
+    series = tmp_path / "runs"
+    out = series / "run_1"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    proc = subprocess.run([sys.executable, "-m", "examples.chains.demo", "--out", str(out), "--model", str(tiny_model_path),
-                           "--demos", "4", "--rl-steps", "1", "--val", "2", "data.train_batch_size=2",
-                           "actor_rollout_ref.rollout.n=2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    command = [sys.executable, "-m", "examples.chains.demo_runs", "--runs", "1", "--out", str(series),
+               "--model", str(tiny_model_path), "--demos", "4", "--rl-steps", "1", "--val", "2",
+               "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2"]
+    proc = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     summary = json.loads((out / "summary.json").read_text())
+    report = json.loads((series / "runs.json").read_text())
+    assert report["n"] == 1 and len(report["greedy_gain_points"]["per_run"]) == 1
+    for decoding in ("greedy", "sampled"):  # each held-out task's outcome, before and after, from the store
+        per_task = report["runs"][0][decoding]["per_task"]
+        assert len(per_task["before"]) == len(per_task["after"]) == 2 and set(per_task["before"]) == set(per_task["after"])
+        assert sum(v > 0 for v in per_task["after"].values()) == report["runs"][0][decoding]["after"]
+    again = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert again.returncode == 0 and "=== demo run" not in again.stdout  # a finished run is read, not run again
     assert summary["demos"] == 4 and summary["rl_steps"] == 1
     for decoding in ("greedy", "sampled"):
         assert summary[decoding]["before_episodes"]["sessions"] == summary[decoding]["after_episodes"]["sessions"] == 2
