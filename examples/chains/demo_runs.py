@@ -34,7 +34,7 @@ def run_record(summary: dict[str, Any]) -> dict[str, Any]:
         before, after = round(part["before"] * n), round(part["after"] * n)
         row[decoding] = {"n": n, "before": before, "after": after, "gain_points": round(100 * (after - before) / n, 1),
                          "per_task": part.get("per_task")}
-    row.update({k: summary.get(k) for k in ("wall_s", "cpu_s", "peak_rss_gb", "load_average", "engine_dtype")})
+    row.update({k: summary.get(k) for k in ("wall_s", "cpu_s", "peak_rss_gb", "load_average", "dtype")})
     return row
 
 
