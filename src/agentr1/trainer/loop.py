@@ -71,7 +71,7 @@ class Trainer:
                                    else self.store.images)
         serve_from = self.model_path
         if resume is not None:
-            # checkpoints written before 2026-12-05 (a45b2bb) keep the policy's state in engine/
+            # checkpoints of earlier versions keep the policy's state in engine/ (now policy/)
             self.policy.load_checkpoint(resume / "policy" if (resume / "policy").is_dir() else resume / "engine")
             serve_from = resume / "hf"
             log.info("resuming %s from %s (step %d)", self.state.run_id, resume, self.state.step)
