@@ -225,8 +225,7 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 def engine_counters(backend: Any) -> dict[str, int]:
-    if hasattr(backend, "refresh_stats"):  # an engine process: the counters of its clients' rows too
-        backend.refresh_stats()
+    backend.refresh_stats()  # an engine process: the counters of its clients' rows too
     s = backend.stats
     out: dict[str, float] = {k: int(getattr(s, k)) for k in ("forward_passes", "prefill_passes", "prefill_tokens",
                                                              "cached_tokens", "decode_steps", "tokens_generated",

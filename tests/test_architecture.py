@@ -132,7 +132,7 @@ def test_parts_import_each_other_only_through_public_apis() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "def f():\n    from agentr1.gateway.calls import CallContext\n",
+    "def f():\n    from agentr1.gateway.gateway import CallContext\n",
     "from agentr1.store import _step_values\n",
 ])
 def test_public_api_rule_catches_internal_imports(source: str) -> None:

@@ -12,8 +12,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from agentr1.core.generation import BackendError, BackendUnavailable, SamplingParams
+from agentr1.gateway.backends import ChatGeneration, check_backend
 from agentr1.gateway.backends.base import Backend
-from agentr1.gateway.backends.litellm_backend import ChatBackend, LiteLLMBackend
+from agentr1.gateway.backends.litellm_backend import LiteLLMBackend
 
 pytestmark = pytest.mark.filterwarnings("ignore:Items? .* using the `ReadOnly` qualifier:UserWarning")
 
@@ -73,7 +74,8 @@ def test_chat_text_tools_and_logprobs_through_litellm(teacher):
     url, state = teacher
     backend = LiteLLMBackend("openai/teacher-model", model_name="teacher", api_base=f"{url}/v1", api_key="sk-test",
                              retries=0)
-    assert isinstance(backend, Backend) and isinstance(backend, ChatBackend) and backend.trainable is False
+    assert isinstance(backend, Backend) and isinstance(backend, ChatGeneration) and backend.trainable is False
+    assert check_backend(backend).chat is backend
 
     async def body() -> None:
         await backend.start()

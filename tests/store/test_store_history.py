@@ -10,7 +10,7 @@ from sqlalchemy import select
 from store_workers import make_step
 
 from agentr1.store import TraceStore, image_refs, migrate
-from agentr1.store.engine import create_store_engine
+from agentr1.store.database import create_store_engine
 from agentr1.store.schema import StepRow
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"pixels").decode()

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, column, func, inspect, select, table
 from store_workers import make_step, open_and_write
 
 from agentr1.store import StoreNotMigrated, TraceStore, migrate
-from agentr1.store.engine import create_store_engine
+from agentr1.store.database import create_store_engine
 from agentr1.store.schema import Base
 
 TABLES = {"runs", "sessions", "steps", "rewards"}

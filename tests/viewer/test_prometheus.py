@@ -8,6 +8,7 @@ import re
 import httpx
 from viewer_harness import RUN_ID
 
+from agentr1.gateway.backends import check_backend
 from agentr1.gateway.metrics import Metrics, backend_gauges
 from agentr1.viewer.runs_dir import RunsDir, prometheus_text
 
@@ -24,7 +25,7 @@ def test_backend_gauges_of_the_local_backend(smollm2_path):
     from agentr1.gateway.backends import LocalBackend
 
     backend = LocalBackend(smollm2_path, EngineOptions(device="cpu"))  # not started: nothing is loaded, only read
-    gauges = backend_gauges(backend)
+    gauges = backend_gauges(check_backend(backend).engine_stats)
     assert gauges["queue_depth"] == 0.0
     assert {"tokens_generated", "forward_passes", "requests_finished"} <= set(gauges)
     backend.engine._queue.extend([object(), object()])  # what waiting requests look like to /metrics
@@ -35,12 +36,8 @@ def test_backend_gauges_of_the_local_backend(smollm2_path):
     assert_exposition(text)
 
 
-def test_backend_without_a_queue_exposes_nothing():
-    class Remote:
-        stats = None
-
-    assert backend_gauges(Remote()) == {}
-    assert backend_gauges(type("WithDepth", (), {"queue_depth": 5})()) == {"queue_depth": 5.0}
+def test_backend_without_an_engine_report_exposes_nothing():
+    assert backend_gauges(None) == {}  # (BackendAbilities.engine_stats of SGLang, vLLM, LiteLLM, the test backends)
 
 
 def test_gateway_metrics_over_http(recorded):

@@ -3,7 +3,7 @@
 A CPU training step allocates and frees the same large tensors over and over (logits over a 49k vocabulary,
 activations, gradients). glibc serves every block over its mmap threshold with a fresh mapping and unmaps it on
 free, and gives free memory at the top of its heap back above the trim threshold; the next step faults it all in
-again page by page, zero-filled: system time (issue 41: the laptop demo spent 114.8 s of it against 469.2 s of user
+again page by page, zero-filled: system time (the laptop demo spent 114.8 s of it against 469.2 s of user
 time, 23.7M minor faults, on a 2-core Xeon VM; docs/benchmarks.md "System time").
 
 Two layers, from the strongest:

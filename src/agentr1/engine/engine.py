@@ -13,7 +13,7 @@ engine that is not started answers :class:`~agentr1.core.BackendUnavailable`.
 Options (:class:`~.options.EngineOptions`). CPU threads: ``threads`` fixes the worker's torch threads; by
 default (None) the worker uses at most one per core that other work leaves free, counted again every second
 (``cpu_threads.py``; with torch's default 2 threads and one busy process on 2 cores the engine fell to 0.11-0.15x
-``model.generate``, issue 41), and of those counts the one a decode-sized forward ran fastest on at start
+``model.generate``), and of those counts the one a decode-sized forward ran fastest on at start
 (``thread_tuner.py``).
 :attr:`Engine.cpu_threads` is the number in use.
 
@@ -180,8 +180,8 @@ class Engine:
         if self.shared is not None:
             self._remote = EngineClient(self.shared, self.stats, self._wake, self._set_version)
         else:
-            self._remote = EngineProcess(str(self.model_path), self.options, self._policy_version, self.stats,
-                                         self._wake)
+            self._remote = EngineProcess(Engine, str(self.model_path), self.options, self._policy_version,
+                                         self.stats, self._wake)
         self._stopping = False
         self._thread = threading.Thread(target=feed, args=(self, self._remote), name="agentr1-engine-feeder",
                                         daemon=True)

@@ -14,7 +14,7 @@ hooks, whose forward reads the packed copy. Its results differ from MKL's in the
 summation order, ~1e-4 relative at most on SmolLM2's shapes), but not with the number of rows in the
 product from 2 rows up nor with the thread count, so the engine's bit-exact prefix reuse holds as before. One row
 is another matter: with a longer inner dimension (SmolLM2's down projection, 1,536) oneDNN sums a lone row in
-another order than two or more (float32 and bfloat16, AMD EPYC, 2026-12-06): where a row's bits must not depend on
+another order than two or more (float32 and bfloat16, AMD EPYC): where a row's bits must not depend on
 its batch (``EngineOptions.batch_invariant``), the engine never multiplies one row alone (``batch.py``'s decode steps,
 ``flat_forward.py``'s output layer).
 
@@ -29,7 +29,7 @@ which ``weights.copy_into`` uses).
 Sibling layers that multiply the same input, an attention's ``q_proj``/``k_proj``/``v_proj`` and an MLP's
 ``gate_proj``/``up_proj``, are packed as one stacked weight (:class:`FusedLinears`): a decode step then makes two
 products a layer where it made five (SmolLM2 at 16 rows: 0.90x the products' time in float32, 0.84x in bfloat16,
-``bench/cpu_linear_bench.py --fused``, 2-core Intel VM, 2026-12-06). oneDNN computes each output column over the same inputs in the same order
+``bench/cpu_linear_bench.py --fused``, 2-core Intel VM). oneDNN computes each output column over the same inputs in the same order
 whatever the other columns are, so each layer's columns are the bits its own product gave; :func:`pack_linears` checks
 that on the first group and fuses nothing where it does not hold.
 """

@@ -6,7 +6,9 @@ gateway's event loop and the agents' threads hold the GIL most of the time while
 and each take-back waits up to the interpreter's switch interval (5 ms): the engine then runs at a
 fraction of its own speed. In a child process the engine has a GIL of its own.
 
-The child builds an ordinary (threaded) :class:`~.engine.Engine` from the same options; its main
+The child builds an ordinary (threaded) :class:`~.engine.Engine` from the same options (the parent hands it the class
+to build, ``make_engine``: the child imports no engine module, so the engine starting its own process is no import
+cycle); its main
 thread reads requests from a pipe and queues them as rows whose sink sends the tokens back. The
 parent's :class:`EngineProcess` keeps the rows in flight and hands what comes back to their sinks
 from a reader thread. Weights go over the same pipe as tensors (CUDA tensors as IPC handles, CPU
@@ -30,7 +32,6 @@ import logging
 import multiprocessing
 import queue
 import secrets
-import shutil
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from typing import Any
 from agentr1.core.generation import BackendError, BackendUnavailable, GenerateRequest
 
 from .options import EngineOptions
+from .process_messages import error_of, pack
 from .rows import EngineStats, Row
 
 __all__ = ["EngineAddress", "EngineClient", "EngineProcess", "feed"]
@@ -47,20 +49,6 @@ __all__ = ["EngineAddress", "EngineClient", "EngineProcess", "feed"]
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 600.0
-
-
-def _error_of(kind: str, message: str, status: int, retry_after: float | None) -> BackendError:
-    if kind == "unavailable":
-        return BackendUnavailable(message, retry_after=retry_after or 1.0)
-    return BackendError(message, status_code=status, retry_after=retry_after)
-
-
-def _error_fields(exc: BaseException) -> tuple[str, str, int, float | None]:
-    if isinstance(exc, BackendUnavailable):
-        return "unavailable", str(exc), 503, exc.retry_after
-    if isinstance(exc, BackendError):
-        return "backend", str(exc), exc.status_code, exc.retry_after
-    return "backend", f"local engine failed: {type(exc).__name__}: {exc}", 502, None
 
 
 @dataclass(frozen=True)
@@ -143,7 +131,7 @@ class EngineLink:
                 if kind == "result":
                     row.sink.result(message[2], message[3], message[4])
                 else:
-                    row.sink.error(_error_of(*message[2:6]))
+                    row.sink.error(error_of(*message[2:6]))
                 self.on_finished()
             elif kind == "version":  # a client: the engine's weights changed (or, first, the version it serves)
                 if self.on_version is not None:
@@ -169,8 +157,8 @@ class EngineLink:
 class EngineProcess(EngineLink):
     """The parent's side: start the child, send it rows and weights, deliver what it answers."""
 
-    def __init__(self, model_path: str, options: EngineOptions, policy_version: int, stats: EngineStats,
-                 on_finished: Callable[[], None]) -> None:
+    def __init__(self, make_engine: Callable[..., Any], model_path: str, options: EngineOptions, policy_version: int,
+                 stats: EngineStats, on_finished: Callable[[], None]) -> None:
         context = multiprocessing.get_context("spawn")
         import torch.multiprocessing  # noqa: F401  (tensors pickle as shared memory / CUDA IPC handles)
 
@@ -178,8 +166,8 @@ class EngineProcess(EngineLink):
 
         conn, child = context.Pipe(duplex=True)
         authkey = secrets.token_bytes(32)
-        self.process = context.Process(target=serve, args=(child, model_path, options, policy_version, authkey),
-                                       daemon=True, name="agentr1-engine")
+        self.process = context.Process(target=serve, daemon=True, name="agentr1-engine",
+                                       args=(child, make_engine, model_path, options, policy_version, authkey))
         self.process.start()
         child.close()
         super().__init__(conn, stats, on_finished)
@@ -204,7 +192,7 @@ class EngineProcess(EngineLink):
         self._send(("weights", pack(tensors), version))
         reply = self._replies["weights"].get()
         if reply[0] != "ok":
-            raise ValueError(reply[1]) if reply[0] == "invalid" else _error_of(*reply[1:])
+            raise ValueError(reply[1]) if reply[0] == "invalid" else error_of(*reply[1:])
 
     def refresh_stats(self) -> None:
         """The child's counters now (rows its clients ran included) into ``stats``; as they were if it has stopped."""
@@ -261,54 +249,6 @@ class EngineClient(EngineLink):
             pass
         self._reader.join(timeout)
         self.conn.close()
-
-
-def pack(tensors: Mapping[str, Any]) -> tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ...]]]]:
-    """The tensors copied into one shared-memory buffer per dtype (a pickled shared tensor is a file
-    descriptor, so one per dtype, however many tensors), with (name, dtype, offset, shape) of each.
-    Through host memory, not CUDA IPC: that fails under ``expandable_segments`` and would alias the
-    trainer's live parameters. Where /dev/shm has no room for them (a container's 64 MB default), the
-    buffers go as bytes through the pipe instead."""
-    import torch
-
-    sizes: dict[Any, int] = {}
-    specs = []
-    for name, t in tensors.items():
-        specs.append((name, t.dtype, sizes.get(t.dtype, 0), tuple(t.shape)))
-        sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
-    total = sum(n * torch.empty((), dtype=dtype).element_size() for dtype, n in sizes.items())
-    shared = _shm_free() > 2 * total + (64 << 20)
-    flats = {dtype: torch.empty(n, dtype=dtype) for dtype, n in sizes.items()}
-    if shared:
-        flats = {dtype: flat.share_memory_() for dtype, flat in flats.items()}
-    with torch.no_grad():
-        for (_, dtype, offset, _), t in zip(specs, tensors.values(), strict=True):
-            flats[dtype][offset: offset + t.numel()].copy_(t.detach().reshape(-1))
-    if not shared:
-        flats = {dtype: flat.view(torch.uint8).numpy().tobytes() for dtype, flat in flats.items()}
-    return flats, specs
-
-
-def _shm_free() -> int:
-    try:
-        return shutil.disk_usage("/dev/shm").free
-    except OSError:
-        return 0
-
-
-def unpack(packed: tuple[dict[Any, Any], list[tuple[str, Any, int, tuple[int, ...]]]]) -> dict[str, Any]:
-    import torch
-
-    flats, specs = packed
-    flats = {dtype: torch.frombuffer(bytearray(flat), dtype=torch.uint8).view(dtype) if isinstance(flat, bytes)
-             else flat for dtype, flat in flats.items()}
-    out = {}
-    for name, dtype, offset, shape in specs:
-        n = 1
-        for d in shape:
-            n *= d
-        out[name] = flats[dtype][offset: offset + n].view(shape)
-    return out
 
 
 def feed(engine: Any, remote: EngineLink) -> None:

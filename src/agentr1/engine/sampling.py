@@ -154,7 +154,7 @@ class SampledBatch:
 def logsumexp_rows(x: torch.Tensor) -> torch.Tensor:
     """``torch.logsumexp`` of each row of ``x`` ([rows, vocab]), with the same bits for a row whatever the rows
     beside it and the thread count: on the CPU the sum of a lone row is split among the threads (its last bits then
-    change with their number: 1 vs 2 threads, SmolLM2's logits, 2026-12-06), while each of several rows is summed by
+    change with their number: 1 vs 2 threads, SmolLM2's logits), while each of several rows is summed by
     one thread; so a lone row is summed beside a copy of itself."""
     if x.shape[0] == 1 and x.device.type == "cpu":
         return torch.logsumexp(x.expand(2, -1).contiguous(), dim=-1)[:1]

@@ -140,7 +140,7 @@ class SlotCache:
         """Store ``layer``'s new keys and values where :meth:`begin` said."""
         k, v = self.keys[layer], self.values[layer]
         # one row copy per key ([batch, heads, queries, dim] in the order of _write_rows): an index_put of the same
-        # writes took 4-50x longer on the CPU (2026-12-06)
+        # writes took 4-50x longer on the CPU
         k.view(-1, self.head_dim).index_copy_(0, self._write_rows, key_states.reshape(-1, self.head_dim).to(k.dtype))
         v.view(-1, self.head_dim).index_copy_(0, self._write_rows, value_states.reshape(-1, self.head_dim).to(v.dtype))
 
@@ -209,7 +209,7 @@ def decode_attention(grouped: torch.Tensor, key: torch.Tensor, value: torch.Tens
                      scale: float | None) -> torch.Tensor:
     """Attention of the grouped one-token queries of a decode step (``[B, kv_heads, g, d]``): two batched
     products where :func:`exact_decode_attention` says so, else SDPA. On the CPU SDPA's flash kernel gives
-    results that change with the number of threads (its last bits, measured 2026-12-05 at 3 and 16 rows), the
+    results that change with the number of threads (its last bits, measured at 3 and 16 rows), the
     products do not: the engine's thread count may change while it runs (``cpu_threads.py``), what it samples
     must not."""
     if mask.dtype == torch.bool and exact_decode_attention(grouped):

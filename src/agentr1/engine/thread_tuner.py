@@ -4,14 +4,14 @@
 Counting free cores (``cpu_threads.py``) says how many threads *may* run without waiting on a core that other work
 holds; it cannot say whether they are faster. On some machines they are not: on a 2-core cloud VM a 16-row SmolLM2
 decode step took 534 ms (median) on one thread and 591 ms on two on a quiet machine, and 670-1,470 ms on two beside
-a niced test run where one thread took 450-560 ms (2026-12-05). So when it starts, the worker times a decode-sized
+a niced test run where one thread took 450-560 ms. So when it starts, the worker times a decode-sized
 forward on each count up to the free cores and keeps the fastest.
 
 Once, not all the time: the thread count changes the last bits of some results (log-probabilities differed by
 4e-6 between one and two threads on the same batch), and the engine promises that the same batch gives the same
 bits (``exact``). A count chosen per step would make that depend on when a try happened; a count chosen at start
-changes only when the free cores drop below it (``cpu_threads.py``), as before. (Since 2026-12-05 the step that
-changed, CPU SDPA's one-token attention, is two batched products in float32 (``slot_cache.decode_attention``), and the
+changes only when the free cores drop below it (``cpu_threads.py``), as before. (The step whose bits changed with
+it, CPU SDPA's one-token attention, is now two batched products in float32 (``slot_cache.decode_attention``), and the
 engine samples the same bits on one and two threads; the count is still chosen once.)
 """
 
@@ -33,7 +33,7 @@ def fastest_threads(forward: Callable[[], object], counts: Iterable[int], use: C
 
     The timed runs go round the counts (1, 2, 1, 2, ...), so that a change of the machine's load while they run
     (a shared VM's neighbours) falls on every count alike: timed one count after the other, two counts 15% apart
-    came out 3% apart (2026-12-05)."""
+    came out 3% apart."""
     counts = list(counts)
     for n in counts:
         use(n)

@@ -18,11 +18,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentr1.core import OpenMPReleasingExecutor, is_vlm_dir, resolve_model
 from agentr1.gateway.auth import KeyConcurrencyLimit
-from agentr1.gateway.backends.base import Backend
+from agentr1.gateway.backends.base import Backend, check_backend
 from agentr1.gateway.backends.factory import build_backend
-from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicies, Summarizer, backend_summarizer, build_policy
 from agentr1.gateway.errors import UnhandledErrors, error_payload, install_error_handlers
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.metrics import Metrics
 from agentr1.gateway.routes import admin, health, openai, sessions
 from agentr1.gateway.sessions import SessionRegistry
@@ -37,7 +37,7 @@ def _default_renderer(settings: GatewaySettings, backend: Backend, store: TraceS
     # lazy: rendering loads the tokenizers' stack; `import agentr1.gateway` stays light without it
     from agentr1.core.rendering import ImagePolicy, load_renderer, load_vision_renderer
 
-    tokenizer = getattr(backend, "tokenizer", None)
+    tokenizer = backend.tokenizer
     if tokenizer is None and not backend.trainable:  # an external model (litellm): nothing to render
         return None
     model = Path(settings.model).expanduser()
@@ -64,8 +64,11 @@ def create_app(
     starts the backend on its event loop and, when it owns it (``owns_backend``; default: it built
     it), closes it there on shutdown. ``summarizer`` (``async (messages) -> str``) writes the
     ``summary`` context policy's summaries; default: the gateway's own backend
-    (:func:`agentr1.gateway.context.backend_summarizer`)."""
+    (:func:`agentr1.gateway.context.backend_summarizer`). A ``backend`` that does not keep to what it declares it can
+    do (:func:`~agentr1.gateway.backends.base.check_backend`) is refused here (TypeError)."""
     settings = settings or GatewaySettings()
+    if backend is not None:
+        check_backend(backend)
     build_policy(settings.context_policy)  # a bad --context-policy fails here, before a model loads
     if settings.tool_call_parser is not None:  # so does a bad --tool-call-parser
         from agentr1.core.rendering import get_tool_call_parser  # lazy: the rendering stack

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 from agentr1.core.rendering import PreviousTurn
 from agentr1.gateway.call_history import CallHistory
-from agentr1.gateway.calls import Gateway
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.wire import CallView, Choice
 from agentr1.store import Action, FeedbackRecord, SampledTokens, StepRecord, new_step
 

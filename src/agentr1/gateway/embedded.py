@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI
 
 from agentr1.gateway.app import create_app
-from agentr1.gateway.backends.base import Backend
+from agentr1.gateway.backends.base import Backend, BackendAbilities, check_backend
 from agentr1.gateway.backends.factory import build_backend
 from agentr1.gateway.backends.launcher import SGLangLauncher, launch_servers
 from agentr1.gateway.server import BackgroundServer
@@ -56,6 +56,7 @@ class EmbeddedGateway:
         self.settings = settings or GatewaySettings()
         self.store = store
         self.backend: Backend | None = backend
+        self.abilities = BackendAbilities()  # the backend's optional operations, typed (check_backend), once started
         self.renderer = renderer
         self.policy_version = policy_version
         self.owns_backend = backend is None if owns_backend is None else owns_backend
@@ -77,6 +78,7 @@ class EmbeddedGateway:
                 settings = self.settings = settings.model_copy(update={"backend_urls": self.launcher.urls})
             if self.backend is None:
                 self.backend = build_backend(settings, policy_version=self.policy_version)
+            self.abilities = check_backend(self.backend)
             self.app = create_app(settings, store=self.store, backend=self.backend, renderer=self.renderer,
                                   owns_backend=self.owns_backend)
             self.server = BackgroundServer(self.app, port=self.port, startup_timeout_s=self.startup_timeout_s,

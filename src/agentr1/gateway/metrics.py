@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+
+from agentr1.gateway.backends.base import EngineStatsReport, engine_counters
 
 LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
@@ -56,18 +56,10 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-def backend_gauges(backend: Any) -> dict[str, float]:
-    """What the backend exposes about its load, read without locking or changing it: the depth of its
-    request queue (``queue_depth``) and its engine counters (``stats``: forward passes, tokens generated, ...).
-    Empty for backends that expose nothing."""
-    out: dict[str, float] = {}
-    depth = getattr(backend, "queue_depth", None)
-    if isinstance(depth, int | float) and not isinstance(depth, bool):
-        out["queue_depth"] = float(depth)
-    stats = getattr(backend, "stats", None)
-    if stats is not None and dataclasses.is_dataclass(stats) and not isinstance(stats, type):
-        for f in dataclasses.fields(stats):
-            value = getattr(stats, f.name, None)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                out[f.name] = float(value)
-    return out
+def backend_gauges(engine: EngineStatsReport | None) -> dict[str, float]:
+    """What a backend that reports its engine (``BackendAbilities.engine_stats``) exposes about its load, read without
+    locking or changing it: the depth of its request queue and its engine's counters (forward passes, tokens generated,
+    ...). Empty for a backend that reports none (``None``)."""
+    if engine is None:
+        return {}
+    return {"queue_depth": float(engine.queue_depth), **engine_counters(engine)}

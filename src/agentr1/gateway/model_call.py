@@ -35,11 +35,11 @@ from agentr1.core.generation import BackendUnavailable, GenerateRequest, Generat
 from agentr1.core.rendering import PromptPlan, RenderError
 from agentr1.gateway.auth import access_control_on, authorize_call, require_session_access
 from agentr1.gateway.call_record import build_steps, persist, remember_choices
-from agentr1.gateway.calls import Gateway, client_retry_count
 from agentr1.gateway.codecs.common import FastJSONResponse
 from agentr1.gateway.codecs.constraints import tool_call_grammar
 from agentr1.gateway.cut_calls import answer_cut_call
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.gateway import Gateway, client_retry_count
 from agentr1.gateway.images import prompt_images
 from agentr1.gateway.planning import plan_for_session
 from agentr1.gateway.releaser import CHAT_MARKERS, TextReleaser
@@ -182,7 +182,7 @@ class ModelCall:
             if self.plan.drift:
                 self.gw.metrics.drift += 1
         grammar = self.spec.grammar
-        if self.plan is not None and getattr(self.gw.backend, "accepts_grammar", False):
+        if self.plan is not None and self.gw.backend.accepts_grammar:
             # a forced call wins over response_format: the prompt already opened the call, the turn has no content
             grammar = tool_call_grammar(self.tools, self.spec.tool_choice, self.plan.prefill,
                                         parallel=self.spec.parallel_tool_calls) or grammar
@@ -272,11 +272,14 @@ class ModelCall:
 
     async def _run_external(self) -> CallOutcome:
         """An external model (LiteLLM): text in, text out; recorded, not trainable."""
-        if not self.is_chat:
+        messages = self.spec.messages
+        if messages is None:
             raise APIError(400, f"the {self.gw.backend.name} backend answers chat calls only (no token ids for "
                                 "text completions)", code="invalid_request", param="prompt")
-        results = await self.gw.backend.generate_chat(  # type: ignore[attr-defined]
-            self.spec.messages, sampling=self.spec.sampling, tools=self.tools, tool_choice=self.spec.tool_choice,
+        chat = self.gw.abilities.chat
+        assert chat is not None  # a backend that is not trainable answers chat messages (check_backend)
+        results = await chat.generate_chat(
+            messages, sampling=self.spec.sampling, tools=self.tools, tool_choice=self.spec.tool_choice,
             n=self.spec.n)
         choices = [Choice(i, r.message, r.finish_reason) for i, r in enumerate(results)]
         return await self._record(choices, external=results)

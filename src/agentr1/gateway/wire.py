@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from agentr1.core.generation import GenerateResult, GrammarSpec, SamplingParams
 from agentr1.core.rendering import PromptPlan
-from agentr1.gateway.calls import Gateway
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.sessions import SessionState
 
 __all__ = ["CallInput", "CallOutcome", "CallView", "Choice", "Events", "PromptLogprobs", "TextDelta", "WireFormat"]

@@ -10,7 +10,7 @@ from agentr1.store.blobs import (
     inline_images,
     sniff_media_type,
 )
-from agentr1.store.engine import DEFAULT_DB, normalize_url
+from agentr1.store.database import DEFAULT_DB, normalize_url
 from agentr1.store.errors import (
     DATABASE_UNAVAILABLE,
     SessionExists,

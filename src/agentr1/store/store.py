@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from agentr1.store import errors, records
 from agentr1.store import migrate as migrations
 from agentr1.store.blobs import ImageStore, externalize_images
-from agentr1.store.engine import create_store_engine
+from agentr1.store.database import create_store_engine
 from agentr1.store.history import HistoryCache, restore_histories
 from agentr1.store.schema import REWARD_SOURCES, SESSION_STATUSES, RewardRow, RunRow, SessionRow, StepRow
 from agentr1.store.session_writes import (

@@ -38,7 +38,7 @@ class Writes:
     """The write transactions of one store on ``engine``."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine.execution_options(sqlite_write=True)  # SQLite: BEGIN IMMEDIATE (store/engine.py)
+        self.engine = engine.execution_options(sqlite_write=True)  # SQLite: BEGIN IMMEDIATE (store/database.py)
         self.sqlite = engine.dialect.name == "sqlite"
         self._turn = threading.Lock() if self.sqlite else None
 

@@ -498,7 +498,7 @@ class TrainerSection(TrackingOptions):
     @classmethod
     def _engine_was_renamed(cls, data: Any) -> Any:
         if isinstance(data, dict) and "engine" in data:
-            raise ValueError("trainer.engine was renamed trainer.policy (local | ray) on 2026-12-05: rename the key")
+            raise ValueError("trainer.engine was renamed trainer.policy (local | ray): rename the key")
         return data
 
 

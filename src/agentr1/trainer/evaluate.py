@@ -154,10 +154,8 @@ def reproducible_settings(settings: GatewaySettings) -> GatewaySettings:
 def _served_on(gateway: EmbeddedGateway, settings: GatewaySettings) -> tuple[str, str]:
     """The dtype and the device the embedded engine serves on, ``auto`` resolved (float32 on the CPU, bfloat16 on a
     GPU; a GPU where there is one)."""
-    engine = getattr(gateway.backend, "engine", None)
-    dtype, device = getattr(engine, "dtype", None), getattr(engine, "device", None)
-    return (settings.engine.dtype if dtype is None else str(dtype).removeprefix("torch."),
-            settings.engine.device if device is None else str(device))
+    engine = gateway.abilities.engine_stats
+    return (settings.engine.dtype, settings.engine.device) if engine is None else engine.served_on
 
 
 async def evaluate_checkpoint(job: JobConfig, checkpoint: str | None, *, split: str = "test",

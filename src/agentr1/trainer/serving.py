@@ -32,15 +32,19 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentr1.gateway import EmbeddedGateway, GatewaySettings, GatewayShards, LaunchSettings
+from agentr1.gateway.backends import Backend, engine_counters
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
 
-__all__ = ["Serving", "default_gateway_processes", "engine_in_process", "gateway_settings", "start_serving"]
+if TYPE_CHECKING:
+    from agentr1.gateway.backends import LocalBackend, SGLangLauncher
+
+__all__ = ["Serving", "default_gateway_processes", "engine_gets_own_process", "gateway_settings", "start_serving"]
 
 log = logging.getLogger("agentr1.trainer.serving")
 
@@ -48,6 +52,8 @@ log = logging.getLogger("agentr1.trainer.serving")
 class _OnGatewayLoop:
     """A remote backend's ``update_weights`` run on the gateway's event loop, awaitable from any other
     loop. It has no ``update_weights_from_tensors``, so the policy syncs through a directory."""
+
+    weights_in_memory = False
 
     def __init__(self, gateway: EmbeddedGateway) -> None:
         self.gateway = gateway
@@ -87,11 +93,12 @@ class Serving:
         return list(self.shards.urls) if self.shards is not None else [self.url]
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
+        assert self.gateway.backend is not None  # a started gateway has one
         return self.gateway.backend
 
     @property
-    def launcher(self) -> Any:
+    def launcher(self) -> SGLangLauncher | None:
         """The SGLang servers the gateway launched (``rollout.launch``), else None."""
         return self.gateway.launcher
 
@@ -107,14 +114,11 @@ class Serving:
         """The embedded engine's counters so far (``EngineStats``: forward passes, decode steps, prompt
         tokens prefilled and served from cached prefixes, tokens generated, busy seconds); empty for
         a backend that keeps none (SGLang, vLLM)."""
-        refresh = getattr(self.backend, "refresh_stats", None)
-        if refresh is not None:  # an engine process: its counters include what the shards' rows did
-            refresh()
-        stats = getattr(self.backend, "stats", None)
-        if not is_dataclass(stats) or isinstance(stats, type):
+        engine = self.gateway.abilities.engine_stats
+        if engine is None:
             return {}
-        return {name: float(value) for name, value in asdict(stats).items()
-                if isinstance(value, int | float) and not isinstance(value, bool)}  # (not the graphs' shapes)
+        engine.refresh_stats()  # an engine process: its counters include what the shards' rows did
+        return engine_counters(engine)
 
     async def sync(self, policy: Any) -> int:
         """The current policy to the servers; returns the policy version they report now."""
@@ -128,8 +132,8 @@ class Serving:
     async def release_cache(self) -> int:
         """Free the embedded engine's KV cache while it runs no row (before an update: the new weights forget its
         prefixes anyway); returns the bytes freed, 0 for a backend without one here (SGLang, vLLM)."""
-        release = getattr(self.backend, "release_cache", None)
-        return 0 if release is None else int(await release())
+        cache = self.gateway.abilities.cache
+        return 0 if cache is None else int(await cache.release_cache())
 
     async def align(self, policy: Any, policy_version: int) -> int:
         """At setup: if the servers report another version than the trainer's ``policy_version``, load
@@ -170,19 +174,19 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
     """Start the backend ``cfg.actor_rollout_ref.rollout`` selects (launching SGLang servers first when
     asked) behind an embedded gateway on a free loopback port. ``serve_from``: the weights the embedded
     engine loads (launched servers start from ``model_path``; :meth:`Serving.align` brings them up to date).
-    ``engine_process``: the local engine in a process of its own (None: :func:`engine_in_process`).
+    ``engine_process``: the local engine in a process of its own (None: :func:`engine_gets_own_process`).
     ``rollout.gateway_processes`` > 1: that many gateway processes share the engine process (:attr:`Serving.shards`,
     where the rollout's sessions go: :attr:`Serving.rollout_urls`); weights still go through this process's
     gateway."""
     local = cfg.actor_rollout_ref.rollout.name == "local"
     settings = gateway_settings(cfg, model=serve_from if local else model_path, run_id=run_id, log_dir=log_dir)
-    backend = None
+    backend: LocalBackend | None = None
     shards = 1
     if local:
         # lazy: the embedded engine's torch stack, only for a local backend
         from agentr1.gateway.backends import local_backend
 
-        separate = engine_in_process(settings.engine.device) if engine_process is None else engine_process
+        separate = engine_gets_own_process(settings.engine.device) if engine_process is None else engine_process
         shards = cfg.actor_rollout_ref.rollout.gateway_processes or default_gateway_processes(separate)
         if shards > 1 and not separate:
             log.info("rollout.gateway_processes=%d: the engine runs in a process of its own, shared by them", shards)
@@ -192,7 +196,8 @@ def start_serving(cfg: JobConfig, store: TraceStore, model_path: Path, serve_fro
                       tensor_sync=cfg.actor_rollout_ref.rollout.tensor_sync)
     if shards > 1:
         try:
-            serving.shards = GatewayShards(settings, serving.backend.engine_address, shards).start()
+            assert backend is not None  # (only a local engine's process is shared)
+            serving.shards = GatewayShards(settings, backend.engine_address, shards).start()
         except BaseException:
             serving.close()
             raise
@@ -209,7 +214,7 @@ def default_gateway_processes(engine_process: bool) -> int:
     return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
-def engine_in_process(device: str) -> bool:
+def engine_gets_own_process(device: str) -> bool:
     """Whether the local engine gets a process of its own by default: ``AGENTR1_ENGINE_PROCESS`` (1/0)
     if set, else on a GPU."""
     value = os.environ.get("AGENTR1_ENGINE_PROCESS", "").strip().lower()

@@ -1,4 +1,5 @@
-"""Backends behind the gateway: one interface (:class:`Backend`), token ids in and out.
+"""Backends behind the gateway: one interface (:class:`Backend`), token ids in and out, and the abilities each
+declares beside it (:func:`check_backend`: a flag that promises an operation, its small protocol implemented).
 
 ``LocalBackend`` (the embedded engine, :mod:`agentr1.engine`), ``SGLangBackend``, ``VLLMBackend`` and
 ``LiteLLMBackend`` (docs/backends.md) are imported lazily: importing this package does not import
@@ -11,7 +12,17 @@ from typing import TYPE_CHECKING
 
 from agentr1.core import lazy_exports
 
-from .base import Backend
+from .base import (
+    Backend,
+    BackendAbilities,
+    CacheRelease,
+    ChatGeneration,
+    ChatResult,
+    EngineStatsReport,
+    WeightsFromTensors,
+    check_backend,
+    engine_counters,
+)
 from .factory import build_backend, local_backend
 
 if TYPE_CHECKING:
@@ -28,6 +39,11 @@ _LAZY = {"LocalBackend": ".local", "SGLangBackend": ".sglang", "VLLMBackend": ".
          "parse_command": ".launcher"}
 __all__ = [
     "Backend",
+    "BackendAbilities",
+    "CacheRelease",
+    "ChatGeneration",
+    "ChatResult",
+    "EngineStatsReport",
     "LaunchError",
     "LaunchSpec",
     "LiteLLMBackend",
@@ -36,7 +52,10 @@ __all__ = [
     "SGLangLauncher",
     "ScriptedBackend",
     "VLLMBackend",
+    "WeightsFromTensors",
     "build_backend",
+    "check_backend",
+    "engine_counters",
     "launch_servers",
     "local_backend",
     "parse_command",

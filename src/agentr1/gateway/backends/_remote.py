@@ -123,6 +123,12 @@ class RemoteBase:
 
     name = "remote"
     trainable = True
+    accepts_images = False  # token ids only: no images go to the servers
+    accepts_grammar = False  # each server protocol's subclass declares its own
+    accepts_prompt_logprobs = False
+    weights_in_memory = False  # a trainer's sync writes a directory the servers load
+    releases_cache = False  # the servers keep their own caches
+    reports_engine_stats = False  # (the servers' counters are on their own /metrics)
     health_path = "/health"
 
     def __init__(self, urls: list[str] | str, *, model_name: str | None, max_context: int | None, tokenizer: Any,

@@ -13,6 +13,8 @@ from .base import Backend
 if TYPE_CHECKING:
     from agentr1.gateway.settings import GatewaySettings
 
+    from .local import LocalBackend
+
 __all__ = ["build_backend", "local_backend"]
 
 
@@ -52,7 +54,7 @@ def build_backend(settings: GatewaySettings, *, policy_version: int = 0) -> Back
 
 
 def local_backend(settings: GatewaySettings, *, policy_version: int = 0, engine_process: bool = False,
-                  engine_address: Any = None) -> Any:
+                  engine_address: Any = None) -> LocalBackend:
     """The embedded engine (:class:`~.local.LocalBackend`) on ``settings.model`` with the settings' engine
     options (``settings.engine``), not started yet; ``engine_address``: sharing another backend's engine
     process (its ``engine_address``) instead of loading the model."""

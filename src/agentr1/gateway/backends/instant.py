@@ -18,6 +18,12 @@ Reply = Callable[[list[int]], str]
 class InstantBackend:
     name = "instant"
     trainable = True
+    accepts_images = False
+    accepts_grammar = False
+    accepts_prompt_logprobs = False
+    weights_in_memory = False
+    releases_cache = False
+    reports_engine_stats = False
 
     def __init__(self, tokenizer: Any, reply: str | Reply = "ok", *, model_name: str = "instant",
                  max_context: int = 8192, end_token: str = "<|im_end|>") -> None:

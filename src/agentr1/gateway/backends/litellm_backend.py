@@ -5,7 +5,7 @@
 Its steps are recorded with text only and ``trainable = False``: a provider returns text, not the
 token ids the policy sampled, so nothing here can be trained on exactly. The :class:`Backend`
 protocol is token ids in; this backend answers chat messages instead, through the extra capability
-:class:`ChatBackend` (``generate_chat``). ``generate``/``stream`` refuse token ids with a
+:class:`~.base.ChatGeneration` (``generate_chat``). ``generate``/``stream`` refuse token ids with a
 BackendError that says so. The gateway's chat route uses ``generate_chat`` when
 ``backend.trainable`` is False (docs/backends.md: the extension, and what the gateway stores).
 
@@ -25,8 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from agentr1.core.generation import (
     BackendError,
@@ -36,30 +35,9 @@ from agentr1.core.generation import (
     SamplingParams,
     StreamDelta,
 )
+from agentr1.gateway.backends.base import ChatResult
 
-__all__ = ["ChatBackend", "ChatResult", "LiteLLMBackend"]
-
-
-@dataclass(slots=True)
-class ChatResult:
-    """One choice of an external model's answer, in OpenAI's shapes."""
-
-    message: dict[str, Any]  # {"role": "assistant", "content", "tool_calls"?, "reasoning_content"?}
-    finish_reason: str  # OpenAI's: stop | length | tool_calls | content_filter
-    prompt_tokens: int
-    completion_tokens: int
-    model: str  # the model the provider says answered
-    logprobs: list[float] | None = None  # per output token, when the provider returns them (not trainable)
-    usage: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class ChatBackend(Protocol):
-    """A backend that answers chat messages rather than token ids (``trainable`` is False)."""
-
-    async def generate_chat(self, messages: list[dict[str, Any]], *, sampling: SamplingParams,
-                            tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
-                            n: int = 1) -> list[ChatResult]: ...
+__all__ = ["LiteLLMBackend"]
 
 
 def _plain(value: Any) -> Any:
@@ -92,7 +70,13 @@ class LiteLLMBackend:
     ``api_key`` go to LiteLLM; ``extra`` is passed to every ``acompletion`` call."""
 
     name = "litellm"
-    trainable = False
+    trainable = False  # answers chat messages (generate_chat), not token ids
+    accepts_images = False  # (GenerateRequest fields: it takes no token-id requests; messages go as they are)
+    accepts_grammar = False
+    accepts_prompt_logprobs = False
+    weights_in_memory = False
+    releases_cache = False
+    reports_engine_stats = False
     tokenizer = None
     model_path: str | None = None  # an external model: no directory, no token ids
 

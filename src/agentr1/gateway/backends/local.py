@@ -46,6 +46,9 @@ class LocalBackend:
     trainable = True
     accepts_grammar = True  # GenerateRequest.grammar: constrained decoding (agentr1.engine's grammar masks, xgrammar)
     accepts_prompt_logprobs = True  # GenerateRequest.prompt_logprobs: a forward over the prompt (engine/prompt_logprobs)
+    releases_cache = True  # release_cache: an idle CPU engine's KV cache, before a trainer's update
+    reports_engine_stats = True  # stats, queue_depth, served_on
+    tokenizer = None  # the gateway renders with the settings' model, the one this engine loads
 
     def __init__(
         self,
@@ -84,6 +87,11 @@ class LocalBackend:
         """Where backends of other processes connect to share this one's engine process (``engine_address=``);
         None unless it started one."""
         return self.engine.address
+
+    @property
+    def served_on(self) -> tuple[str, str]:
+        """The dtype and the device the engine runs on, ``auto`` resolved (e.g. ``("bfloat16", "cuda:0")``)."""
+        return str(self.engine.dtype).removeprefix("torch."), str(self.engine.device)
 
     def refresh_stats(self) -> None:
         """Bring :attr:`stats` up to date: an engine process's counters include its other clients' rows."""

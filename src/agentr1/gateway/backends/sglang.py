@@ -36,7 +36,7 @@ http_server.py``, ``managers/io_struct.py``, ``managers/tokenizer_manager.py``,
 - Servers launched by verl run with ``--skip-tokenizer-init``: only input_ids work, and stop strings
   are refused (they need the tokenizer); stop token ids work.
 - Input ids are not checked against the vocabulary: one past it reaches the embedding on the GPU, where a
-  device-side assert ends the server (SGLang 0.5.17, recorded 2026-12-07: no answer, then connection refused).
+  device-side assert ends the server (SGLang 0.5.17: no answer, then connection refused).
   So the backend refuses such prompts before sending them (:meth:`SGLangBackend.check_prompt`).
 """
 

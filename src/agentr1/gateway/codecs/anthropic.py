@@ -19,11 +19,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import sampling_params, sse
 from agentr1.gateway.codecs.errors import failure
 from agentr1.gateway.codecs.tools import check_tools, function_tool, unanswered_result
 from agentr1.gateway.errors import APIError, anthropic_error
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.schemas import CountTokensRequest, MessagesRequest
 from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Events, TextDelta
 

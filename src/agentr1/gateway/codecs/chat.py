@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.chat_body import ChatBody
 from agentr1.gateway.codecs.common import check_logit_bias_ids, sampling_params, sse
 from agentr1.gateway.codecs.constraints import response_format_grammar
 from agentr1.gateway.codecs.errors import stream_error
 from agentr1.gateway.codecs.tools import check_tool_results, check_tools
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Choice, Events, TextDelta
 
 __all__ = ["decode", "encode", "stream", "token_logprobs"]

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs.common import check_logit_bias_ids, sampling_params, sse
 from agentr1.gateway.codecs.errors import stream_error
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.schemas import CompletionRequest
 from agentr1.gateway.wire import CallInput, CallOutcome, CallView, Choice, Events, PromptLogprobs, TextDelta
 
@@ -49,7 +49,7 @@ def _prompts(gw: Gateway, prompt: Any) -> list[list[int]]:
 def decode(gw: Gateway, body: CompletionRequest) -> CallInput:
     check_logit_bias_ids(gw.renderer, body.logit_bias)
     score_prompt = body.echo and body.logprobs is not None
-    if score_prompt and gw.renderer is not None and not getattr(gw.backend, "accepts_prompt_logprobs", False):
+    if score_prompt and gw.renderer is not None and not gw.backend.accepts_prompt_logprobs:
         raise APIError(400, f"echo with logprobs needs the log-probabilities of the prompt's tokens, which the "
                             f"{gw.backend.name} backend does not compute; leave out echo or logprobs",
                        code="unsupported_parameter", param="echo")

@@ -4,7 +4,7 @@
   object and ``json_schema`` a JSON value valid against its ``schema`` (strict or not: the output always
   validates); any other type is a 400 in the API's own error shape. A schema that is not valid JSON Schema,
   or that the grammar compiler cannot express, is a 400 too. A backend that cannot constrain its sampling
-  (no ``accepts_grammar``: the external LiteLLM models, the scripted test backends) answers 400
+  (``accepts_grammar`` False: the external LiteLLM models, the scripted test backends) answers 400
   ``unsupported_response_format`` rather than ignoring the request.
 - ``tool_choice`` "required" or a named function (chat, Responses, Anthropic's ``any`` / ``tool``): the
   renderer's prefill opens the call (``<tool_call>\\n`` for Hermes formats; a named choice also fixes the
@@ -26,6 +26,7 @@ from jsonschema.validators import validator_for
 
 from agentr1.core.generation import GrammarSpec
 from agentr1.core.rendering import hermes_prefill
+from agentr1.gateway.backends.base import Backend
 from agentr1.gateway.codecs.tools import check_schema_depth
 from agentr1.gateway.errors import APIError
 
@@ -52,7 +53,7 @@ def _buildable(spec: GrammarSpec) -> str | None:
     return None
 
 
-def response_format_grammar(backend: Any, fmt: Any, *, param: str = "response_format") -> GrammarSpec | None:
+def response_format_grammar(backend: Backend, fmt: Any, *, param: str = "response_format") -> GrammarSpec | None:
     """The grammar that ``response_format`` / ``text.format`` asks for (None: free text), or a 400."""
     if fmt is None:
         return None
@@ -75,7 +76,7 @@ def response_format_grammar(backend: Any, fmt: Any, *, param: str = "response_fo
             raise APIError(400, f"{param}: not a valid JSON Schema: {exc.message}", code="invalid_request",
                            param=param) from None
         spec = GrammarSpec("json_schema", _canonical(schema))
-    if not getattr(backend, "accepts_grammar", False):
+    if not backend.accepts_grammar:
         raise APIError(400, f"{param} {kind!r} needs constrained decoding, which the {backend.name} backend does not "
                             "offer; leave it out (or use 'text') and validate the output in the agent",
                        code="unsupported_response_format", param=param)

@@ -31,6 +31,6 @@ async def metrics(request: Request) -> PlainTextResponse:
     text = gw.metrics.render(
         write_queue=gw.writer.pending, steps_committed=gw.writer.committed,
         steps_failed=gw.writer.failed, write_lag_s=gw.writer.last_commit_lag_s,
-        policy_version=gw.backend.policy_version, backend=backend_gauges(gw.backend),
+        policy_version=gw.backend.policy_version, backend=backend_gauges(gw.abilities.engine_stats),
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

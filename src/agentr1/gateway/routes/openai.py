@@ -11,11 +11,11 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from agentr1.gateway.auth import require_session_access
-from agentr1.gateway.calls import Gateway
 from agentr1.gateway.codecs import anthropic, chat, responses
 from agentr1.gateway.codecs import completions as text_completion
 from agentr1.gateway.codecs.chat_body import CHAT_BODY_OPENAPI, read_chat_body
 from agentr1.gateway.errors import APIError
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.model_call import ModelCall
 from agentr1.gateway.schemas import CompletionRequest, CountTokensRequest, MessagesRequest, ResponsesRequest

@@ -10,9 +10,9 @@ from pydantic import Field
 
 from agentr1.gateway.auth import require_session_access, session_run
 from agentr1.gateway.branches import branch_report
-from agentr1.gateway.calls import Gateway
 from agentr1.gateway.context import ContextPolicyError, build_policy
 from agentr1.gateway.errors import APIError, error_body
+from agentr1.gateway.gateway import Gateway
 from agentr1.gateway.limits import BoundedRoute
 from agentr1.gateway.sampling_override import METADATA_KEY as SAMPLING_KEY
 from agentr1.gateway.sampling_override import sampling_override

@@ -41,7 +41,7 @@ def save_hf_directory(
     source, path = Path(source), Path(path)
     tied = _tied(source)
     # the tensors themselves, not copies: a float32 SmolLM2 copied took 0.5 GB more at the end of the laptop demo, its
-    # peak (2026-12-06); ``save_file`` writes from them without a copy (measured with safetensors 0.8)
+    # peak; ``save_file`` writes from them without a copy (measured with safetensors 0.8)
     state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in tensors
              if not (tied and name == "lm_head.weight")}
     if not state:

@@ -106,7 +106,7 @@ def _safetensors_params(path: Path) -> int | None:
 
 # -- the estimate ----------------------------------------------------------------------------------------------
 
-# One token of a training micro-batch (bench/update_peak_bench.py, SmolLM2-135M, rows of 256 tokens, 2026-12-06): the
+# One token of a training micro-batch (bench/update_peak_bench.py, SmolLM2-135M, rows of 256 tokens): the
 # peak rose 2.04 MiB a token without gradient checkpointing and 0.80 MiB with it (float32; 0.59 MiB in bfloat16),
 # linear from 512 to 4,096 tokens. Solved for the two parts: each layer keeps ~46 KiB a token for its backward pass,
 # ~0.9 of the 12 hidden-sized and 4 intermediate-sized float32 vectors counted here (norms, q/k/v, attention in and

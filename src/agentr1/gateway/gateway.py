@@ -1,13 +1,13 @@
-"""What every call needs, one per app on ``app.state.gateway``: settings, backend, renderer, sessions,
-writer, metrics and the context policies."""
+"""The gateway's state, what every call needs: one :class:`Gateway` per app on ``app.state.gateway`` (settings,
+backend and its typed abilities, renderer, sessions, writer, metrics and the context policies)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentr1.gateway.backends.base import Backend
+from agentr1.gateway.backends.base import Backend, BackendAbilities, check_backend
 from agentr1.gateway.context import ContextPolicies, ContextPolicy
 from agentr1.gateway.errors import APIError
 from agentr1.gateway.metrics import Metrics
@@ -43,6 +43,10 @@ class Gateway:
     metrics: Metrics
     context: ContextPolicies | None = None  # per-session context policies (None: append-only)
     responses: Any = None  # the Responses API's answers kept for previous_response_id (codecs.responses)
+    abilities: BackendAbilities = field(init=False)  # the backend's optional operations, checked here
+
+    def __post_init__(self) -> None:
+        self.abilities = check_backend(self.backend)
 
     async def context_policy(self, state: SessionState) -> ContextPolicy | None:
         """The session's policy: chosen at creation (metadata "context") or the gateway's default."""
