@@ -1,4 +1,4 @@
-"""How weights travel to the engine process (``engine_process.pack``/``unpack``): one buffer per dtype,
+"""How weights travel to the engine process (``engine.process_messages.pack``/``unpack``): one buffer per dtype,
 in shared memory where /dev/shm has room, else as bytes through the pipe; the same tensors either way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from agentr1.engine import process as engine_process
+from agentr1.engine import process_messages as engine_process
 
 
 @pytest.mark.parametrize("shm_free", [0, 1 << 40])

@@ -23,7 +23,7 @@ AGENTR1 = str(Path(sys.executable).parent / "agentr1")
 
 def _start(db: str, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([AGENTR1, "gateway", "--model", "tiny", "--db", db, "--port", str(port),
-                             "--accept-any-model", "--device", "cpu", "--log-level", "warning"],
+                             "--accept-any-model", "--engine-device", "cpu", "--log-level", "warning"],
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:

@@ -27,7 +27,7 @@ from agentr1.gateway.server import BackgroundServer
 from agentr1.gateway.settings import GatewaySettings
 from agentr1.gateway.writer import StepWriter
 from agentr1.store import StepRecord, StoreError, TraceStore
-from agentr1.store import engine as store_engine
+from agentr1.store import database as store_engine
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
