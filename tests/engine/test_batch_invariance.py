@@ -50,9 +50,10 @@ def _greedy(path: Path, dtype: str, threads: int, *, together: bool) -> list[Gen
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_row_gets_the_same_bits_alone_and_in_company_on_any_thread_count(smollm2_path: Path, dtype: str) -> None:
+    # both at once: another thread count and company (either one alone changing a bit fails the comparison; one
+    # engine run less per factor, the suite's time)
     alone = _greedy(smollm2_path, dtype, 1, together=False)
-    for threads, together in ((2, False), (1, True), (2, True)):
-        other = _greedy(smollm2_path, dtype, threads, together=together)
-        for a, b in zip(alone, other, strict=True):
-            assert b.output_ids == a.output_ids, (threads, together)
-            assert b.logprobs == a.logprobs, (threads, together)  # bit for bit
+    other = _greedy(smollm2_path, dtype, 2, together=True)
+    for a, b in zip(alone, other, strict=True):
+        assert b.output_ids == a.output_ids
+        assert b.logprobs == a.logprobs  # bit for bit
