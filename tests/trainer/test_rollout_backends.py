@@ -3,13 +3,14 @@
 SGLang and vLLM cannot run on this CPU-only machine, so the servers are tests/backends/fake_sglang.py
 and fake_vllm.py as separate processes: the released HTTP protocols (generation, weight version,
 ``/update_weights_from_disk``, vLLM's ``/collective_rpc`` reload), answered by the real local engine
-on the tiny model. The SGLang one is started by the job itself (``launch: true``, the launcher's
+on the tiny model. The SGLang one is started by the job itself (``launch: {enabled: true}``, the launcher's
 command pointed at the fake), the vLLM one is an existing server (``urls``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -102,8 +103,8 @@ def test_sglang_launched_by_the_job_serves_rollouts_and_takes_each_update(tmp_pa
     """auto: launched servers take the weights from the trainer's memory (its CPU tensors in shared memory here,
     CUDA IPC handles on a GPU), no directory written; disk: a directory they load."""
     config = job(tmp_path, tiny_model_path, {
-        "name": "sglang", "launch": True, "launch_port": free_port(), "weight_sync": weight_sync,
-        "launch_command": [sys.executable, str(BACKENDS / "fake_sglang.py")]})
+        "name": "sglang", "weight_sync": weight_sync,
+        "launch": {"enabled": True, "port": free_port(), "command": shlex.join([sys.executable, str(BACKENDS / "fake_sglang.py")])}})
     trainer = Trainer(config, quiet=True)
     trainer.setup()
     try:
@@ -169,15 +170,18 @@ def test_vllm_server_given_by_url_serves_rollouts_and_takes_each_update(tmp_path
 
 
 @pytest.mark.parametrize(("rollout", "message"), [
-    ({"name": "sglang"}, "needs the servers: `urls: \\[http://host:port\\]` or `launch: true`"),
+    ({"name": "sglang"}, "needs the servers: `urls: \\[http://host:port\\]` or `launch: {enabled: true}`"),
     ({"name": "vllm"}, "needs the servers"),
-    ({"name": "sglang", "urls": ["http://a:1"], "launch": True}, "either `urls`.*not both"),
-    ({"name": "vllm", "launch": True}, "launch starts SGLang servers"),
+    ({"name": "sglang", "urls": ["http://a:1"], "launch": {"enabled": True}}, "either `urls`.*not both"),
+    ({"name": "vllm", "launch": {"enabled": True}}, "launch starts SGLang servers"),
     ({"urls": ["http://a:1"]}, "set actor_rollout_ref.rollout.name to sglang or vllm"),
     ({"name": "sglang", "urls": ["a:1"]}, "must be http\\(s\\) base URLs"),
-    ({"name": "sglang", "urls": ["http://a:1"], "launch_args": ["--tp", "2"]}, "launch_args only apply with"),
-    ({"name": "sglang", "launch": True, "launch_command": []}, "launch_command is empty"),
-    ({"name": "sglang", "launch": True, "launch_servers": 0}, "greater than or equal to 1"),
+    ({"name": "sglang", "urls": ["http://a:1"], "launch": {"args": "--tp 2"}}, "launch.args only apply with"),
+    ({"name": "sglang", "launch": {"enabled": True, "command": " "}}, "launch.command is empty"),
+    ({"name": "sglang", "launch": {"enabled": True, "servers": 0}}, "greater than or equal to 1"),
+    ({"name": "sglang", "launch": True}, "launch is a group now: write `launch: {enabled: true}`"),
+    ({"name": "sglang", "launch": {"enabled": True}, "launch_servers": 2}, "launch_servers is now "
+     "actor_rollout_ref.rollout.launch.servers"),
     ({"name": "trtllm", "urls": ["http://a:1"]}, "'local', 'sglang' or 'vllm'"),
     ({"name": "vllm", "urls": ["http://a:1"], "engine": {"compile": True}},
      "engine.compile is an option of the embedded engine \\(name local\\), not of the vllm servers"),
@@ -200,11 +204,11 @@ def test_rollout_server_config_errors_are_clear(tmp_path, rollout, message):
 
 
 @pytest.mark.parametrize(("rollout", "tensor"), [
-    ({"name": "sglang", "launch": True}, True),  # launched here: on this machine
+    ({"name": "sglang", "launch": {"enabled": True}}, True),  # launched here: on this machine
     ({"name": "sglang", "urls": ["http://127.0.0.1:30000", "http://localhost:30001"]}, True),
     ({"name": "sglang", "urls": ["http://127.0.0.1:30000", "http://gpu-node-2:30000"]}, False),  # another machine
     ({"name": "sglang", "urls": ["http://gpu-node-2:30000"], "weight_sync": "tensor"}, True),  # as asked
-    ({"name": "sglang", "launch": True, "weight_sync": "disk"}, False),
+    ({"name": "sglang", "launch": {"enabled": True}, "weight_sync": "disk"}, False),
     ({"name": "vllm", "urls": ["http://127.0.0.1:8000"]}, False),
     ({}, False),
 ])
@@ -254,7 +258,7 @@ def test_the_embedded_engines_options_reach_its_engine(tmp_path, tiny_model_path
 
 @pytest.mark.parametrize("rollout", [{}, {"name": "vllm", "urls": ["http://a:1"]}, {"engine": {"compile": True,
                                                                                                 "prefill_budget": 4096}},
-                                     {"name": "sglang", "launch": True, "launch_servers": 2, "launch_args": ["--tp", "2"]}])
+                                     {"name": "sglang", "launch": {"enabled": True, "servers": 2, "args": "--tp 2"}}])
 def test_rollout_configs_round_trip_through_their_dump(tmp_path, rollout):
     """config.json (the dump) loads again: defaults written out are not mistaken for options set."""
     config = job(tmp_path, tmp_path, rollout)
@@ -265,8 +269,8 @@ def test_rollout_configs_round_trip_through_their_dump(tmp_path, rollout):
 @pytest.mark.timeout(600)
 def test_async_training_syncs_launched_sglang_servers_through_the_same_path(tmp_path, tiny_model_path):
     config = job(tmp_path, tiny_model_path, {
-        "name": "sglang", "launch": True, "launch_port": free_port(), "max_staleness": 1,
-        "launch_command": [sys.executable, str(BACKENDS / "fake_sglang.py")]})
+        "name": "sglang", "max_staleness": 1,
+        "launch": {"enabled": True, "port": free_port(), "command": shlex.join([sys.executable, str(BACKENDS / "fake_sglang.py")])}})
     config.trainer.mode = "async"
     trainer = Trainer(config, quiet=True)
     trainer.setup()

@@ -65,11 +65,6 @@ def load_yaml(path: str | Path, overrides: list[str] | None = None) -> dict[str,
     return raw
 
 
-def _launch_default(name: str) -> Any:
-    """The default of the gateway's launch setting ``name`` (one source for options the trainer passes on)."""
-    return LaunchSettings.model_fields[name].default
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -271,13 +266,16 @@ TRAINER_ENGINE_KEYS = frozenset({"device", "max_batch_size"})
 # the embedded engine's options that the rollout config named flat earlier -> their key under `engine`
 RENAMED_ENGINE_KEYS = {"engine_compile": "engine.compile", "prefill_budget": "engine.prefill_budget",
                        "engine_exact": "engine.exact", "cache_gb": "engine.cache_gb", "engine_dtype": "engine.dtype"}
+# the launched servers' options that the rollout config named flat earlier -> their key under `launch`
+RENAMED_LAUNCH_KEYS = {"launch_servers": "launch.servers", "launch_port": "launch.port", "launch_args": "launch.args",
+                       "launch_command": "launch.command", "launch_timeout_s": "launch.timeout_s"}
 
 
 class RolloutConfig(_Strict):
     """Sampling, and where it runs (verl's ``rollout.name``): the embedded engine (``local``) or
     SGLang / vLLM servers behind the trainer's gateway, either running ones (``urls``) or, for
-    SGLang, servers the trainer starts and supervises (``launch``: the ``launch_*`` fields are
-    ``agentr1 gateway --launch``'s flags). See agentr1.trainer.serving and docs/training.md."""
+    SGLang, servers the trainer starts and supervises (``launch``: the gateway's launch group, the settings of
+    ``agentr1 gateway --launch``). See agentr1.trainer.serving and docs/training.md."""
 
     n: int = 4
     temperature: float = 1.0
@@ -302,13 +300,9 @@ class RolloutConfig(_Strict):
     # hermes_json); None: the model family's default (agentr1.core.rendering.tool_parsers)
     tool_call_parser: str | None = None
     urls: list[str] = Field(default_factory=list)  # running servers' base URLs (name sglang or vllm)
-    launch: bool = False  # name sglang: start the servers here for actor_rollout_ref.model
-    # the launch_* defaults are the gateway's (GatewaySettings.launch: the trainer's gateway launches)
-    launch_servers: int = Field(_launch_default("servers"), ge=1)
-    launch_port: int = Field(_launch_default("port"), gt=0, le=65535)  # the first server's port (then +1, ...)
-    launch_args: list[str] = Field(default_factory=list)  # more sglang.launch_server flags, e.g. ["--tp", "2"]
-    launch_command: list[str] | None = None  # None: $AGENTR1_SGLANG_LAUNCH_COMMAND, else python -m sglang.launch_server
-    launch_timeout_s: float = Field(_launch_default("timeout_s"), gt=0)  # seconds a server may take to be healthy
+    # name sglang: servers this job starts, supervises and stops (``launch.enabled``): the gateway's own launch group
+    # (``agentr1 gateway --launch``), as it is; ``launch.log_dir`` defaults to the run's ``servers/`` folder
+    launch: LaunchSettings = Field(default_factory=LaunchSettings)
     # name sglang: how the policy's weights reach the servers after each update. tensor: from memory
     # (/update_weights_from_tensor: CUDA IPC handles, no file; servers on this machine with one tensor-parallel
     # rank); disk: a HF directory they load (/update_weights_from_disk; any server that can read the path).
@@ -324,7 +318,7 @@ class RolloutConfig(_Strict):
         """Whether the SGLang servers get the weights from memory (:attr:`weight_sync`, ``auto`` resolved)."""
         if self.name != "sglang" or self.weight_sync == "disk":
             return False
-        if self.weight_sync == "tensor" or self.launch:
+        if self.weight_sync == "tensor" or self.launch.enabled:
             return True
         return all(urlsplit(u).hostname in ("127.0.0.1", "localhost", "::1") for u in self.urls)
 
@@ -344,17 +338,25 @@ class RolloutConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _engine_keys_renamed(cls, data: Any) -> Any:
-        renamed = sorted(set(data) & RENAMED_ENGINE_KEYS.keys()) if isinstance(data, dict) else []
+    def _keys_renamed(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        moved = {**RENAMED_ENGINE_KEYS, **RENAMED_LAUNCH_KEYS}
+        renamed = sorted(set(data) & moved.keys())
         if renamed:
             raise ValueError(f"actor_rollout_ref.rollout.{renamed[0]} is now "
-                             f"actor_rollout_ref.rollout.{RENAMED_ENGINE_KEYS[renamed[0]]}: rename the key")
+                             f"actor_rollout_ref.rollout.{moved[renamed[0]]}: rename the key")
+        if isinstance(data.get("launch"), bool):
+            raise ValueError(f"actor_rollout_ref.rollout.launch is a group now: write `launch: {{enabled: "
+                             f"{str(data['launch']).lower()}}}` (actor_rollout_ref.rollout.launch.enabled)")
         return data
 
     @model_validator(mode="after")
     def _servers(self) -> RolloutConfig:
-        launch_options = sorted(k for k, f in type(self).model_fields.items()  # not at their defaults
-                                if k.startswith("launch_") and getattr(self, k) != f.get_default(call_default_factory=True))
+        launch = self.launch.enabled
+        unlaunched = LaunchSettings()  # the options at their defaults (a dumped config writes them all out)
+        launch_options = sorted(f"launch.{k}" for k in type(self.launch).model_fields
+                                if k != "enabled" and getattr(self.launch, k) != getattr(unlaunched, k))
         defaults = EngineOptions()
         engine_options = [f"engine.{k}" for k in type(self.engine).model_fields
                           if k not in TRAINER_ENGINE_KEYS and getattr(self.engine, k) != getattr(defaults, k)]
@@ -365,29 +367,30 @@ class RolloutConfig(_Strict):
         if "max_batch_size" not in self.engine.model_fields_set:  # one decode batch holds every concurrent rollout
             self.engine = self.engine.model_copy(update={"max_batch_size": max(32, self.max_concurrency)})
         if self.name == "local":
-            if self.urls or self.launch:
+            if self.urls or launch:
                 raise ValueError("actor_rollout_ref.rollout.urls / launch are for SGLang or vLLM servers: "
                                  "set actor_rollout_ref.rollout.name to sglang or vllm")
-        elif self.urls and self.launch:
-            raise ValueError("actor_rollout_ref.rollout: give either `urls` (running servers) or `launch: true` "
+        elif self.urls and launch:
+            raise ValueError("actor_rollout_ref.rollout: give either `urls` (running servers) or `launch.enabled` "
                              "(start them here), not both")
-        elif self.launch and self.name != "sglang":
+        elif launch and self.name != "sglang":
             raise ValueError("actor_rollout_ref.rollout.launch starts SGLang servers: it needs name sglang "
                              "(give a vLLM server's address in `urls`)")
-        elif not self.urls and not self.launch:
+        elif not self.urls and not launch:
             raise ValueError(f"actor_rollout_ref.rollout.name {self.name!r} needs the servers: `urls: [http://host:port]`"
-                             + (" or `launch: true`" if self.name == "sglang" else ""))
+                             + (" or `launch: {enabled: true}`" if self.name == "sglang" else ""))
         if self.weight_sync == "tensor" and self.name != "sglang":
             raise ValueError(f"actor_rollout_ref.rollout.weight_sync tensor is for SGLang servers; the {self.name} "
                              "rollout syncs " + ("its engine in memory already" if self.name == "local" else
                                                  "through a directory (weight_sync disk or auto)"))
-        if launch_options and not self.launch:
-            raise ValueError(f"actor_rollout_ref.rollout.{', '.join(launch_options)} only apply with `launch: true`")
+        if launch_options and not launch:
+            raise ValueError(f"actor_rollout_ref.rollout.{', '.join(launch_options)} only apply with "
+                             "`launch.enabled: true`")
         bad = [u for u in self.urls if not u.startswith(("http://", "https://"))]
         if bad:
             raise ValueError(f"actor_rollout_ref.rollout.urls must be http(s) base URLs, not {bad}")
-        if self.launch_command is not None and not self.launch_command:
-            raise ValueError("actor_rollout_ref.rollout.launch_command is empty")
+        if self.launch.command is not None and not self.launch.command.strip():
+            raise ValueError("actor_rollout_ref.rollout.launch.command is empty")
         return self
 
 

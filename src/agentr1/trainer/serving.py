@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentr1.gateway import EmbeddedGateway, GatewaySettings, GatewayShards, LaunchSettings
+from agentr1.gateway import EmbeddedGateway, GatewaySettings, GatewayShards
 from agentr1.gateway.backends import Backend, engine_counters
 from agentr1.store import TraceStore
 from agentr1.trainer.config import JobConfig
@@ -155,14 +154,12 @@ def gateway_settings(cfg: JobConfig, *, model: Path | str, run_id: str, log_dir:
                      ) -> GatewaySettings:
     """The embedded gateway's settings for a job: ``model`` served by the backend
     ``actor_rollout_ref.rollout`` selects, its embedded engine on the rollout's ``engine`` options as they are
-    (the rollout's ``launch_*`` fields are the gateway's ``launch`` group)."""
+    (the rollout's ``launch`` is the gateway's launch group)."""
     rollout = cfg.actor_rollout_ref.rollout
     local = rollout.name == "local"
-    launch = LaunchSettings(enabled=True, servers=rollout.launch_servers, port=rollout.launch_port,
-                            args=shlex.join(rollout.launch_args), timeout_s=rollout.launch_timeout_s,
-                            log_dir=None if log_dir is None else str(log_dir),
-                            **({"command": shlex.join(rollout.launch_command)} if rollout.launch_command else {})
-                            ) if rollout.launch else LaunchSettings()
+    launch = rollout.launch
+    if launch.enabled and launch.log_dir is None and log_dir is not None:
+        launch = launch.model_copy(update={"log_dir": str(log_dir)})
     return GatewaySettings(db=cfg.db, accept_any_model=True, default_run=run_id, model=str(model),
                            backend=rollout.name, backend_urls=list(rollout.urls), engine=rollout.engine,
                            served_model_name="policy" if local else None,
