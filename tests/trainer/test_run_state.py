@@ -14,7 +14,8 @@ from agentr1.trainer.config import JobConfig
 from agentr1.trainer.loop import Trainer
 from agentr1.trainer.run_state import RunState, TrainerNotSetUp
 
-LOOP = Path(__file__).resolve().parents[2] / "src" / "agentr1" / "trainer" / "loop.py"
+TRAINER = Path(__file__).resolve().parents[2] / "src" / "agentr1" / "trainer"
+LOOP = TRAINER / "loop.py"
 INIT_ATTRIBUTES = {"config", "quiet", "out_dir", "_run"}
 
 
@@ -38,9 +39,9 @@ def test_a_trainer_used_before_setup_says_so(tmp_path: Path):
         assert not (tmp_path / "out").exists(), name  # nothing was started
 
 
-def _self_assignments(tree: ast.AST) -> dict[str, set[str]]:
-    """For each method of ``Trainer``, the attributes of ``self`` it assigns."""
-    [trainer] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Trainer"]
+def _self_assignments(tree: ast.AST, cls: str = "Trainer") -> dict[str, set[str]]:
+    """For each method of class ``cls``, the attributes of ``self`` it assigns."""
+    [trainer] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls]
     out: dict[str, set[str]] = {}
     for method in trainer.body:
         if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -84,3 +85,18 @@ def test_setup_sets_every_field_the_run_state_declares(tmp_path: Path, tiny_mode
             trainer.setup()
     finally:
         trainer.close()
+
+
+def test_the_sft_trainer_keeps_its_run_in_one_place_too(tmp_path: Path):
+    from agentr1.trainer.sft import SFTConfig, SFTTrainer
+
+    assigned = _self_assignments(ast.parse((TRAINER / "sft" / "trainer.py").read_text()), "SFTTrainer")
+    assert assigned.pop("__init__") == {"config", "quiet", "out_dir", "checkpoint", "_run"}
+    assert assigned.pop("setup") == {"_run"}
+    assert {name: names for name, names in assigned.items() if names} == {"train": {"checkpoint"}}  # its output
+    trainer = SFTTrainer(SFTConfig.model_validate({"model": {"path": str(tmp_path / "no-model")},
+                                                   "data": {"db": f"sqlite:///{tmp_path / 'x.db'}"},
+                                                   "trainer": {"default_local_dir": str(tmp_path / "out")}}))
+    for call in (trainer.train, trainer.close, lambda: trainer.run):
+        with pytest.raises(TrainerNotSetUp, match="not set up"):
+            call()

@@ -15,8 +15,9 @@ import logging
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentr1.core import resolve_model
 from agentr1.store import TraceStore
@@ -26,9 +27,25 @@ from agentr1.trainer.sft.data import SFTRows, build_sft_rows
 from agentr1.trainer.sft.selection import select_demonstrations
 from agentr1.trainer.tracking import Tracker, tracking_options
 
-__all__ = ["SFTTrainer", "sft_policy_config"]
+if TYPE_CHECKING:
+    from agentr1.trainer.policy import LocalPolicy
+
+__all__ = ["SFTRun", "SFTTrainer", "sft_policy_config"]
 
 log = logging.getLogger("agentr1.trainer.sft")
+
+
+@dataclass
+class SFTRun:
+    """What :meth:`SFTTrainer.setup` builds for a run, declared in one place (each field set by setup)."""
+
+    model_path: Path  # the model fine-tuned
+    data: SFTRows  # the exact-token rows (loss on actions only)
+    data_metrics: dict[str, float]  # the selection's and the rows' counts, logged with the first step
+    total_steps: int  # optimizer steps: epochs x chunks, capped by trainer.total_training_steps
+    policy: LocalPolicy
+    progress: TrainerState  # step, run id, policy version: what a checkpoint keeps
+    tracker: Tracker  # metrics, progress display, curves
 
 
 class SFTTrainer:
@@ -37,16 +54,28 @@ class SFTTrainer:
         self.quiet = quiet
         self.out_dir = Path(config.trainer.default_local_dir)
         self.checkpoint: Path | None = None
+        self._run: SFTRun | None = None
+
+    @property
+    def run(self) -> SFTRun:
+        """The run's parts (rows, policy, tracking), built by :meth:`setup`."""
+        if self._run is None:
+            from agentr1.trainer.run_state import TrainerNotSetUp  # lazy: the RL run's parts, not needed by SFT
+
+            raise TrainerNotSetUp("this SFT trainer is not set up: call setup() before train(), close() or reading run")
+        return self._run
 
     # -- setup --------------------------------------------------------------------------------
 
     def setup(self) -> None:
         from agentr1.trainer.policy import LocalPolicy
 
+        if self._run is not None:
+            raise RuntimeError("this SFT trainer is set up already")
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "config.json").write_text(json.dumps(cfg.dump(), indent=2))
-        self.model_path = resolve_model(cfg.model.path)
+        model_path = resolve_model(cfg.model.path)
         with TraceStore.open(cfg.data.db, migrate=False) as store:
             selection = select_demonstrations(store, cfg.data)
         renderer = None
@@ -54,30 +83,31 @@ class SFTTrainer:
             # lazy: rendering loads the tokenizers' stack, only when this runs
             from agentr1.core.rendering import load_renderer
 
-            renderer = load_renderer(self.model_path)
-        self.data: SFTRows = build_sft_rows(selection, cfg.data, renderer)
-        if not self.data.rows:
-            raise ValueError(f"the {len(selection.sessions)} selected sessions gave no trainable rows: "
-                             f"{self.data.metrics}")
-        _check_micro_batches(len(self.data.rows), cfg.data.train_batch_size, cfg.data.micro_batch_size_per_gpu)
-        self.data.write_manifest(self.out_dir / "sft_data.jsonl")
-        self.data_metrics = {f"data/{k}": float(v) for k, v in {**selection.metrics, **self.data.metrics}.items()}
-        steps_per_epoch = math.ceil(len(self.data.rows) / cfg.data.train_batch_size)
-        self.total_steps = steps_per_epoch * cfg.trainer.total_epochs
+            renderer = load_renderer(model_path)
+        data = build_sft_rows(selection, cfg.data, renderer)
+        if not data.rows:
+            raise ValueError(f"the {len(selection.sessions)} selected sessions gave no trainable rows: {data.metrics}")
+        _check_micro_batches(len(data.rows), cfg.data.train_batch_size, cfg.data.micro_batch_size_per_gpu)
+        data.write_manifest(self.out_dir / "sft_data.jsonl")
+        steps_per_epoch = math.ceil(len(data.rows) / cfg.data.train_batch_size)
+        total_steps = steps_per_epoch * cfg.trainer.total_epochs
         if cfg.trainer.total_training_steps is not None:
-            self.total_steps = min(self.total_steps, cfg.trainer.total_training_steps)
-        self.policy = LocalPolicy(self.model_path, sft_policy_config(cfg, self.total_steps))
-        self.state = TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}")
-        self.tracker = Tracker(self.out_dir, self.total_steps, quiet=self.quiet,
-                               **tracking_options(cfg.trainer, cfg.run_name, cfg.model_dump(mode="json")))
-        log.info("sft: %d rows (%d rendered from text) from %d sessions, %d steps", len(self.data.rows),
-                 sum(self.data.rendered_from_text), len(selection.sessions), self.total_steps)
+            total_steps = min(total_steps, cfg.trainer.total_training_steps)
+        self._run = SFTRun(
+            model_path=model_path, data=data, total_steps=total_steps,
+            data_metrics={f"data/{k}": float(v) for k, v in {**selection.metrics, **data.metrics}.items()},
+            policy=LocalPolicy(model_path, sft_policy_config(cfg, total_steps)),
+            progress=TrainerState(run_id=f"{cfg.run_name}-{int(time.time())}"),
+            tracker=Tracker(self.out_dir, total_steps, quiet=self.quiet,
+                            **tracking_options(cfg.trainer, cfg.run_name, cfg.model_dump(mode="json"))))
+        log.info("sft: %d rows (%d rendered from text) from %d sessions, %d steps", len(data.rows),
+                 sum(data.rendered_from_text), len(selection.sessions), total_steps)
 
     # -- train --------------------------------------------------------------------------------
 
     def train(self) -> dict[str, float]:
-        cfg = self.config
-        rows = self.data.rows
+        cfg, run = self.config, self.run
+        rows = run.data.rows
         last: dict[str, float] = {}
         step = 0
         for epoch in range(cfg.trainer.total_epochs):
@@ -85,27 +115,27 @@ class SFTTrainer:
             if cfg.data.shuffle:
                 random.Random(cfg.data.seed + epoch).shuffle(order)
             for start in range(0, len(order), cfg.data.train_batch_size):
-                if step >= self.total_steps:
+                if step >= run.total_steps:
                     return last
                 step += 1
-                self.tracker.status(f"epoch {epoch + 1}/{cfg.trainer.total_epochs}")
+                run.tracker.status(f"epoch {epoch + 1}/{cfg.trainer.total_epochs}")
                 chunk = [rows[i] for i in order[start:start + cfg.data.train_batch_size]]
                 # one optimizer step of verl's sft_loss on the chunk's action tokens
-                metrics = {**self.policy.sft_update(chunk), "sft/epoch": epoch + start / len(order)}
+                metrics = {**run.policy.sft_update(chunk), "sft/epoch": epoch + start / len(order)}
                 if step == 1:
-                    metrics.update(self.data_metrics)
-                self.state.step = self.state.policy_version = step
-                self.tracker.log(step, metrics)
-                if (cfg.trainer.save_freq and step % cfg.trainer.save_freq == 0) or step == self.total_steps:
-                    self.checkpoint = save_checkpoint(self.out_dir, self.policy, self.state)
+                    metrics.update(run.data_metrics)
+                run.progress.step = run.progress.policy_version = step
+                run.tracker.log(step, metrics)
+                if (cfg.trainer.save_freq and step % cfg.trainer.save_freq == 0) or step == run.total_steps:
+                    self.checkpoint = save_checkpoint(self.out_dir, run.policy, run.progress)
                 last = metrics
         return last
 
     # -- save / cleanup -----------------------------------------------------------------------
 
     def close(self) -> None:
-        self.tracker.plot()
-        self.tracker.close()
+        self.run.tracker.plot()
+        self.run.tracker.close()
 
 
 def sft_policy_config(cfg: SFTConfig, total_steps: int) -> Any:
