@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentr1.engine import EngineOptions
 from agentr1.gateway import LaunchSettings
+from agentr1.gateway.settings import RENAMED
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -263,12 +264,12 @@ class ValidationSampling(_Strict):
 # the engine options a job resolves itself for whichever backend (agentr1 eval serves any job's checkpoint on the
 # embedded engine): the device is trainer.device, the batch holds max_concurrency rows unless given
 TRAINER_ENGINE_KEYS = frozenset({"device", "max_batch_size"})
-# the embedded engine's options that the rollout config named flat earlier -> their key under `engine`
-RENAMED_ENGINE_KEYS = {"engine_compile": "engine.compile", "prefill_budget": "engine.prefill_budget",
-                       "engine_exact": "engine.exact", "cache_gb": "engine.cache_gb", "engine_dtype": "engine.dtype"}
-# the launched servers' options that the rollout config named flat earlier -> their key under `launch`
-RENAMED_LAUNCH_KEYS = {"launch_servers": "launch.servers", "launch_port": "launch.port", "launch_args": "launch.args",
-                       "launch_command": "launch.command", "launch_timeout_s": "launch.timeout_s"}
+# the rollout config's flat keys of earlier releases -> their key under `engine` / `launch`: the gateway's renames
+# (agentr1.gateway.settings.RENAMED) of the keys the rollout config had
+RENAMED_ENGINE_KEYS = {k: RENAMED[k] for k in ("engine_compile", "prefill_budget", "engine_exact", "cache_gb",
+                                               "engine_dtype")}
+RENAMED_LAUNCH_KEYS = {k: RENAMED[k] for k in ("launch_servers", "launch_port", "launch_args", "launch_command",
+                                               "launch_timeout_s")}
 
 
 class RolloutConfig(_Strict):
