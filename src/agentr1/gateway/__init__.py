@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from agentr1.gateway.errors import APIError, install_error_handlers
     from agentr1.gateway.server import BackgroundServer, free_port, uvicorn_options
     from agentr1.gateway.settings import (
+        RENAMED,
         AuthSettings,
         BackendName,
         GatewaySettings,
@@ -33,8 +34,10 @@ _MODULES = {"APIError": "errors", "AuthSettings": "settings", "BackendName": "se
             "ContextPolicyError": "context", "EmbeddedGateway": "embedded", "GatewaySettings": "settings", "GatewayShards": "shards",
             "branch_report": "branches", "build_policy": "context", "configure_otlp": "tracing", "create_app": "app",
             "free_port": "server", "install_error_handlers": "errors", "uvicorn_options": "server",
-            "ImageSettings": "settings", "LaunchSettings": "settings", "WriteSettings": "settings"}
+            "ImageSettings": "settings", "LaunchSettings": "settings", "WriteSettings": "settings",
+            "RENAMED": "settings"}
 __all__ = [
+    "RENAMED",
     "APIError",
     "AuthSettings",
     "BackendName",

@@ -15,8 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentr1.engine import EngineOptions
-from agentr1.gateway import LaunchSettings
-from agentr1.gateway.settings import RENAMED
+from agentr1.gateway import RENAMED, LaunchSettings
 
 __all__ = [
     "DEFAULT_LAYOUT",
