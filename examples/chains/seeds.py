@@ -61,11 +61,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--demos", type=int, default=12)
     parser.add_argument("--rl-steps", type=int, default=8)
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--device", default="cpu", help="where every stage runs (cpu, cuda)")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
     args = parser.parse_args(argv)
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    agentr1 = [str(Path(sys.executable).parent / "agentr1")]
+    script = Path(sys.executable).parent / "agentr1"
+    agentr1 = [str(script)] if script.exists() else [sys.executable, "-m", "agentr1.cli.main"]  # not installed: GPU
     rows, stages = {}, {}
     for seed in args.seeds:
         folder = out / f"seed{seed}"
@@ -81,23 +83,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run_stage(f"seed {seed}: SFT", [*agentr1, "sft", SFT_CONFIG, f"data.db={db}", f"model.path={args.model}",
                                    f"trainer.default_local_dir={folder / 'sft'}", "data.train_batch_size=2",
                                    "trainer.total_epochs=1", "optim.lr=5e-5", f"trainer.seed={seed}",
-                                   "trainer.device=cpu"], folder / "sft.log", done)
+                                   f"trainer.device={args.device}"], folder / "sft.log", done)
         sft = latest_checkpoint(folder / "sft")
         run_stage(f"seed {seed}: RL, {args.rl_steps} GRPO steps",
              [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft}",
               f"trainer.default_local_dir={folder / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
               f"trainer.seed={seed}", f"data.seed={seed}", "data.val_size=1", "actor_rollout_ref.rollout.val_kwargs.n=0",
-              "trainer.device=cpu", *args.overrides], folder / "rl.log", done)
+              f"trainer.device={args.device}", *args.overrides], folder / "rl.log", done)
         rl = latest_checkpoint(folder / "rl")
         run_stage(f"seed {seed}: SFT against SFT+RL on {args.test} test chains (greedy, {args.n} samples at T=1)",
-             [*agentr1, "eval", DEMO_CONFIG, f"db={db}", f"data.test_size={args.test}", "trainer.device=cpu",
+             [*agentr1, "eval", DEMO_CONFIG, f"db={db}", f"data.test_size={args.test}", f"trainer.device={args.device}",
               "--split", "test", "--compare", str(sft), str(rl), "--n", str(args.n), "--temperature", "1.0",
               "--output", str(folder / "compare.json"), "--run-id", "eval"], folder / "eval.log", done)
         rows[seed] = seed_row(json.loads((folder / "compare.json").read_text()), args.n)
         stages[seed] = done
         print(json.dumps({"seed": seed, **rows[seed]}), flush=True)
     summary = {"seeds": rows, "stages": stages, "split": "test", "test": args.test, "n": args.n, "demos": args.demos,
-               "rl_steps": args.rl_steps, "cpu_s": round(children_cpu_s(), 1), "date": time.strftime("%Y-%m-%d"),
+               "rl_steps": args.rl_steps, "device": args.device, "cpu_s": round(children_cpu_s(), 1), "date": time.strftime("%Y-%m-%d"),
                "mean": {key: statistics.mean(r[key] for r in rows.values()) for key in next(iter(rows.values()))}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     keys = [m.format(k=args.n) for m in METRICS]
