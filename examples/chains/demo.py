@@ -21,11 +21,12 @@ sample each at temperature 1; results in docs/results.md (the laptop demo's rows
 
 Then a summary: before -> after on the same held-out chains of the test split (``trainer.eval_split=test``: disjoint
 from every training, validation and demonstration chain by construction, ``tasks.py``; no setting of the recipe was
-chosen on them), tool calls per episode and episode length from
+chosen on them; ``--split val`` scores the val split instead, for choosing settings), tool calls per episode and
+episode length from
 the traces (``scripts/gpu/episode_stats.py``), where the curves, traces and checkpoint are, and the ``agentr1 view``
 command. ``summary.json`` in the output folder holds it all, with wall time and peak memory.
 
-    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 8] [--val 64] [train overrides ...]
+    python -m examples.chains.demo [--out out/demo] [--demos 12] [--rl-steps 8] [--val 64] [--split test] [overrides ...]
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ __all__ = ["children_cpu_s", "cpu_has_bfloat16_matmuls", "latest_checkpoint", "m
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = "examples/chains/demo.yaml"
 SFT_CONFIG = "examples/chains/sft.yaml"
+SPLITS = {"test": "test split's chains (nobody trained or tuned on them)",
+          "val": "val split's chains (for choosing settings; claims are made on test)"}
 
 
 def children_cpu_s() -> float:
@@ -168,8 +171,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sft-batch", type=int, default=2, help="demonstrations per SFT optimizer step")
     parser.add_argument("--sft-lr", type=float, default=5e-5)
     parser.add_argument("--rl-steps", type=int, default=8)
-    parser.add_argument("--val", type=int, default=64, help="held-out chains of the test split (a greedy run and one "
+    parser.add_argument("--val", type=int, default=64, help="held-out chains of the split (a greedy run and one "
                         "sample each, before and after RL)")
+    parser.add_argument("--split", choices=("test", "val"), default="test", help="the held-out split: test for "
+                        "claims (nobody tuned on it), val for choosing settings")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="smollm2", help="the starting policy (a name or a HF directory)")
     parser.add_argument("overrides", nargs="*", help="more key.sub=value overrides of examples/chains/demo.yaml")
@@ -200,18 +205,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
          "held-out success again",
          [*agentr1, "train", DEMO_CONFIG, f"db={db}", f"actor_rollout_ref.model={sft_checkpoint}",
           f"trainer.default_local_dir={out / 'rl'}", f"trainer.total_training_steps={args.rl_steps}",
-          f"data.test_size={args.val}", "trainer.eval_split=test", f"trainer.device={args.device}", *args.overrides],
+          f"data.{args.split}_size={args.val}", f"trainer.eval_split={args.split}", f"trainer.device={args.device}", *args.overrides],
          out / "rl.log", stages)
 
     summary = summarize(out)
-    summary.update(demos=args.demos, sft_checkpoint=str(sft_checkpoint), wall_s=round(time.monotonic() - started, 1),
+    summary.update(demos=args.demos, split=args.split, model=args.model, sft_checkpoint=str(sft_checkpoint), wall_s=round(time.monotonic() - started, 1),
                    cpu_s=round(children_cpu_s(), 1), stages=stages,
                    peak_rss_gb=round(_peak_rss_gb(), 2), load_average=os.getloadavg(), db=db)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     run_id = next(summary[d]["before_episodes"]["run_id"] for d in ("greedy", "sampled") if d in summary)
     print(f"""
 == summary ({summary['wall_s'] / 60:.1f} min, peak memory {summary['peak_rss_gb']:.1f} GB)
-held-out success on the test split's chains (nobody trained or tuned on them), before and after RL, under the same decoding:
+held-out success on the {SPLITS[args.split]}, before and after RL, under the same decoding:
 {_lines(summary, args.demos)}
 curves      {summary['curves']} (RL), {summary['sft_curves']} (SFT)
 traces      {out / 'traces.db'}   (runs chains-demos, {run_id} and its training run)

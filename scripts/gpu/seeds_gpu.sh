@@ -15,18 +15,24 @@ RUN=${RUN:-/tmp/agentr1-seeds}
 OUT=${OUT:-$PWD/out/seeds-gpu}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 AGENTR1_ENGINE_PROCESS=0
 
-source scripts/gpu/lib.sh
-gpu_collect > /dev/null || exit 4
-gpu_env "$PWD/scripts/gpu/stubs"
-PY=python3; [ -x .venv/bin/python ] && [ -z "${GPU_SITE_ONLY:-}" ] && PY=.venv/bin/python  # the CPU dry run
+DEVICE=${DEVICE:-cuda}
+if [ "$DEVICE" = cpu ]; then  # the dry run here (TEST=4 K=2 RL_STEPS=1 SEEDS=1 DEVICE=cpu)
+  PY=.venv/bin/python
+  export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false LITELLM_LOCAL_MODEL_COST_MAP=True
+else
+  source scripts/gpu/lib.sh
+  gpu_collect > /dev/null || exit 4
+  gpu_env "$PWD/scripts/gpu/stubs"
+  PY=python3
+fi
 
 case "${1:-}" in
   start)
-    [ "$PY" = python3 ] && { gpu_smollm2 > /dev/null || exit 4; }
+    [ "$DEVICE" = cpu ] || { gpu_smollm2 > /dev/null || exit 4; }
     rm -rf "$RUN" && mkdir -p "$RUN"
     for seed in $SEEDS; do
       setsid nohup "$PY" -m examples.chains.seeds --seeds "$seed" --test "$TEST" --n "$K" --rl-steps "$RL_STEPS" \
-        --device "${DEVICE:-cuda}" --out "$RUN/out$seed" > "$RUN/seed$seed.log" 2>&1 < /dev/null &
+        --device "$DEVICE" --out "$RUN/out$seed" > "$RUN/seed$seed.log" 2>&1 < /dev/null &
     done
     echo "launched seeds $SEEDS at $(date +%T)"
     ;;
@@ -35,6 +41,7 @@ case "${1:-}" in
     while [ "$(date +%s)" -lt "$until" ]; do
       left=0; for seed in $SEEDS; do [ -f "$RUN/out$seed/summary.json" ] || left=$((left + 1)); done
       [ "$left" = 0 ] && break
+      pgrep -f "examples.chains.seeds" > /dev/null || { echo "no seed process left; $left without a summary"; break; }
       sleep 20
       echo "$(date +%T) $left seed(s) running; $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null)"
       for seed in $SEEDS; do grep -h "^== " "$RUN/seed$seed.log" | tail -1; done
