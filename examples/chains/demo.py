@@ -43,7 +43,7 @@ from typing import Any
 
 from agentr1.trainer.cpu_dtypes import cpu_has_bfloat16_matmuls
 
-__all__ = ["children_cpu_s", "cpu_has_bfloat16_matmuls", "latest_checkpoint", "main", "run_stage", "summarize",
+__all__ = ["agentr1_command", "children_cpu_s", "cpu_has_bfloat16_matmuls", "latest_checkpoint", "main", "run_stage", "summarize",
            "task_outcomes"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +83,13 @@ def run_stage(title: str, command: list[str], log: Path, stages: dict[str, dict[
     wall, cpu = time.monotonic() - started, children_cpu_s() - cpu
     stages[log.stem] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
     print(f"   done in {wall:.0f} s ({cpu:.0f} CPU-s)", flush=True)
+
+
+def agentr1_command() -> list[str]:
+    """The ``agentr1`` command of this interpreter: its installed script, else the CLI's module (a lent GPU machine
+    runs the repository from PYTHONPATH, nothing installed)."""
+    script = Path(sys.executable).parent / "agentr1"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agentr1.cli.main"]
 
 
 def latest_checkpoint(folder: Path) -> Path:
@@ -185,9 +192,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         subprocess.run(["rm", "-rf", str(out)], check=True)
     out.mkdir(parents=True)
     db = f"sqlite:///{out / 'traces.db'}"
-    bin_dir = Path(sys.executable).parent
     stages: dict[str, dict[str, float]] = {}
-    python, agentr1 = [sys.executable], [str(bin_dir / "agentr1")]
+    python, agentr1 = [sys.executable], agentr1_command()
 
     run_stage(f"1/3 expert demonstrations: {args.demos} training chains, replayed through the gateway",
          [*python, "-m", "agentr1.trainer.sft.replay", "examples.chains.expert:demonstrations", f"n={args.demos}",

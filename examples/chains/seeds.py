@@ -20,13 +20,13 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from examples.chains.demo import (
     DEMO_CONFIG,
     ROOT,
     SFT_CONFIG,
+    agentr1_command,
     children_cpu_s,
     latest_checkpoint,
     run_stage,
@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    script = Path(sys.executable).parent / "agentr1"
-    agentr1 = [str(script)] if script.exists() else [sys.executable, "-m", "agentr1.cli.main"]  # not installed: GPU
+    agentr1 = agentr1_command()
     rows, stages = {}, {}
     for seed in args.seeds:
         folder = out / f"seed{seed}"
