@@ -167,7 +167,8 @@ def make_short_tasks(split: str, n: int, seed: int) -> list[dict[str, Any]]:
 DEMO_PROGRESS_REWARD = 0.5  # the laptop demo's process reward for a whole chain's correct calls (ChainEnv)
 
 
-def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO_PROGRESS_REWARD) -> list[dict[str, Any]]:
+def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO_PROGRESS_REWARD,
+                    temperature: float = 1.0) -> list[dict[str, Any]]:
     """The laptop demo's tasks: ``make_short_tasks`` with a process reward (``ChainEnv``'s
     ``progress_reward``, :data:`DEMO_PROGRESS_REWARD` for the whole chain's correct calls, on top of the
     outcome's 1 for the right final number), so that a group of a few samples of a weak policy differs in
@@ -177,13 +178,19 @@ def make_demo_tasks(split: str, n: int, seed: int, progress_reward: float = DEMO
     common random numbers instead of two independent draws (the same SFT checkpoint scored 1/32, 5/32 and 7/32
     in three unseeded evaluations). Training chains stay unseeded: a
     group's samples must differ. Success is the exact final number either way. ``progress_reward``
-    (``data.generator_kwargs.progress_reward``; 0: the outcome alone) replaces the default weight."""
+    (``data.generator_kwargs.progress_reward``; 0: the outcome alone) replaces the default weight. ``temperature``
+    (``data.generator_kwargs.temperature``, with ``actor_rollout_ref.rollout.temperature`` set to the same) is the
+    training chains' sampling temperature; held-out chains keep 1, the protocol's sampled evaluation."""
     if progress_reward < 0:
         raise ValueError(f"progress_reward must be >= 0, got {progress_reward!r}")
+    if not 0 < temperature <= 2:
+        raise ValueError(f"temperature must be in (0, 2], got {temperature!r}")
     rows = make_short_tasks(split, n, seed)
     for index, row in enumerate(rows):
         row["env_kwargs"]["progress_reward"] = float(progress_reward)
-        if split != "train":
+        if split == "train":
+            row["env_kwargs"]["sampling"]["temperature"] = float(temperature)
+        else:
             row["env_kwargs"]["sampling"]["seed"] = index
     return rows
 

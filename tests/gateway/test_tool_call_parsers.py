@@ -168,10 +168,14 @@ def test_a_json_call_and_the_tool_answer_make_a_two_turn_exchange_whose_ids_exte
 
 
 @pytest.mark.slow
-def test_real_qwen_05b_calls_the_tool_unforced_and_completes_the_exchange(tmp_path, qwen05_path):
-    with serve(tmp_path / "real.db", model="qwen2.5-coder-0.5b") as (url, store):
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", pytest.param("qwen2.5-coder-1.5b", marks=pytest.mark.big)])
+def test_real_qwen_calls_the_tool_unforced_and_completes_the_exchange(tmp_path, name):
+    from agentr1.core import ensure_packaged_model
+
+    path = ensure_packaged_model(name)
+    with serve(tmp_path / "real.db", model=name) as (url, store):
         sid, client = _client(url)
-        model = "qwen2.5-coder-0.5b-instruct"
+        model = path.name
         first, second = _two_turns(client, model, max_tokens=64)
         tokyo_sid, tokyo_client = _client(url)  # asked this way the 0.5B writes its call in a ```json fence
         content, deltas, finish = _streamed(tokyo_client, model=model, temperature=0, max_tokens=80, tools=[WEATHER],
@@ -179,20 +183,19 @@ def test_real_qwen_05b_calls_the_tool_unforced_and_completes_the_exchange(tmp_pa
         steps, tokyo = store.get_session(sid).steps, store.get_session(tokyo_sid).steps[0]
     written = steps[0]
     [call] = first.message.tool_calls
-    print("qwen2.5-coder-0.5b wrote:", repr(_decoded(qwen05_path, written.action_ids)))
-    print("tool call:", call.function.name, call.function.arguments, "| then:", repr(_decoded(qwen05_path,
-                                                                                              steps[1].action_ids)))
+    print(name, "wrote:", repr(_decoded(path, written.action_ids)))
+    print("tool call:", call.function.name, call.function.arguments, "| then:", repr(_decoded(path, steps[1].action_ids)))
     assert first.finish_reason == "tool_calls" and call.function.name == "get_weather"
     assert json.loads(call.function.arguments)["city"].lower().startswith("paris")
     assert written.action["parser"] == "hermes_json" and written.trainable
     assert len(written.action_logprobs) == len(written.action_ids)
-    # the 0.5B, greedy, calls the tool again after its answer (2026-12-06: the same call, as bare JSON); either way
-    # the agent gets a structured answer, never a call's JSON as text
+    # greedy, the 0.5B calls the tool again after its answer (the same call, as bare JSON); either way the agent
+    # gets a structured answer, never a call's JSON as text
     assert (second.finish_reason, bool(second.message.tool_calls)) in (("stop", False), ("tool_calls", True))
     assert "get_weather" not in (second.message.content or "")
     _assert_extends(steps)
     # streamed: the call as tool-call deltas, no JSON as content
-    print("streamed, it wrote:", repr(_decoded(qwen05_path, tokyo.action_ids)))
+    print("streamed, it wrote:", repr(_decoded(path, tokyo.action_ids)))
     assert content == [] and finish == "tool_calls" and tokyo.action["parser"] == "hermes_json"
     assert [(d.function.name, json.loads(d.function.arguments)) for d in deltas] == [("get_weather", {"city": "Tokyo"})]
 

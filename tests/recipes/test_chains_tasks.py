@@ -242,3 +242,27 @@ def test_the_demo_reward_weight_comes_from_data_generator_kwargs():
     assert asyncio.run(reward_of_the_first_correct_call(make_demo_tasks("val", 1, 1_000_003)[0])) > 0.0
     with pytest.raises(ValueError, match="progress_reward must be >= 0"):
         make_demo_tasks("val", 1, 0, progress_reward=-1)
+
+
+def test_the_demo_training_temperature_applies_to_training_chains_only():
+    demo = Path(__file__).resolve().parents[2] / "examples" / "chains" / "demo.yaml"
+    job = JobConfig.from_yaml(demo, ["data.generator_kwargs.temperature=0.7", "data.val_size=4", "data.test_size=4"])
+    train = load_tasks(job.data, "train")
+    assert {r["env_kwargs"]["sampling"]["temperature"] for r in train} == {0.7}
+    for split in ("val", "test"):  # held-out chains keep the protocol's sampled evaluation at temperature 1
+        held_out = load_tasks(job.data, split)
+        assert [r["env_kwargs"]["sampling"]["temperature"] for r in held_out] == [1.0] * 4
+    default = load_tasks(JobConfig.from_yaml(demo, ["data.val_size=4"]).data, "train")
+    assert {r["env_kwargs"]["sampling"]["temperature"] for r in default} == {1.0}
+    with pytest.raises(ValueError, match=r"temperature must be in \(0, 2\]"):
+        make_demo_tasks("train", 1, 0, temperature=0)
+
+
+def test_the_demo_settings_of_each_model_load_and_sample_training_chains_as_the_trainer_expects():
+    from examples.chains.demo import MODEL_SETTINGS
+
+    demo = Path(__file__).resolve().parents[2] / "examples" / "chains" / "demo.yaml"
+    for model, overrides in MODEL_SETTINGS.items():
+        job = JobConfig.from_yaml(demo, [*overrides, "data.val_size=2"])
+        temperatures = {r["env_kwargs"]["sampling"]["temperature"] for r in load_tasks(job.data, "train")}
+        assert temperatures == {job.actor_rollout_ref.rollout.temperature}, model  # the trainer's sampling check
